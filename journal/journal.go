@@ -1,0 +1,319 @@
+// Package journal is gpuprov's durable memory: every VM, every attempt to
+// create it, every event of its life, the blocklist of offers that failed, and
+// the lease that says which process drives a VM. The engine writes the journal
+// before every cloud mutation (write-ahead), so a crash of the calling process
+// at any instant leaves enough on disk for Recover to find, adopt or tear down
+// whatever the cloud holds.
+//
+// Journal is an interface; backends register under a URL scheme, the way
+// database/sql drivers do, and callers blank-import the one they want:
+//
+//	import _ "github.com/org/gpuprov/journal/sqlite"
+//
+//	j, err := journal.Open(ctx, "sqlite:/var/lib/gpuprov/journal.db")
+//
+// Every backend passes the conformance kit in journal/journaltest, which is
+// the executable form of the semantics documented here. Secrets (API keys,
+// tokens, private keys) never go into a journal.
+//
+// Times are the caller's: the engine passes its clock's now and the lease
+// expiry it wants, so tests drive leases with an injected clock. Backends
+// shared by several machines rely on those machines' clocks agreeing to well
+// within a lease's length.
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Errors callers branch on. Backends return them (wrapped, with context).
+var (
+	// ErrNotFound: no VM with that name.
+	ErrNotFound = errors.New("journal: not found")
+	// ErrExists: Create named a VM that exists and is not Deleted or Failed.
+	ErrExists = errors.New("journal: VM exists")
+	// ErrConflict: an update's Version did not match the stored one; someone
+	// else wrote the VM since it was read.
+	ErrConflict = errors.New("journal: version conflict")
+	// ErrLeaseLost: an update's Owner is not the VM's lease holder any more.
+	// The caller must stop driving the VM and touch nothing of it.
+	ErrLeaseLost = errors.New("journal: lease lost")
+	// ErrLeased: Acquire found the lease held by a live owner. The error is
+	// a *LeasedError naming the holder.
+	ErrLeased = errors.New("journal: VM is leased by another owner")
+)
+
+// LeasedError says who holds a lease. errors.Is(err, ErrLeased) is true.
+type LeasedError struct {
+	VM     string
+	Owner  string
+	Expiry time.Time
+}
+
+func (e *LeasedError) Error() string {
+	return fmt.Sprintf("journal: VM %s is driven by %s (lease until %s)", e.VM, e.Owner, e.Expiry.UTC().Format(time.RFC3339))
+}
+
+func (e *LeasedError) Is(target error) bool { return target == ErrLeased }
+
+// VMState is where a VM is in its life.
+//
+//	pending → provisioning → ready → deleting → deleted
+//	                       ↘ failed (all offers exhausted or aborted, everything torn down)
+//
+// Pending, Provisioning and Deleting are active: a process must drive them
+// to an end, and Recover picks them up after a crash. A VM whose teardown
+// could not finish stays Deleting with its LastError, never Failed.
+type VMState string
+
+const (
+	StatePending      VMState = "pending"
+	StateProvisioning VMState = "provisioning"
+	StateReady        VMState = "ready"
+	StateDeleting     VMState = "deleting"
+	StateDeleted      VMState = "deleted"
+	StateFailed       VMState = "failed"
+)
+
+// Active reports whether a process must drive the VM to an end.
+func (s VMState) Active() bool {
+	return s == StatePending || s == StateProvisioning || s == StateDeleting
+}
+
+// Terminal reports whether the VM is over (Deleted or Failed): its name may
+// be used again.
+func (s VMState) Terminal() bool { return s == StateDeleted || s == StateFailed }
+
+// VM is one journaled VM. The engine owns the meaning of Phase and of the
+// JSON fields; the journal stores them as given.
+type VM struct {
+	Name    string          `json:"name"`
+	ID      string          `json:"id"`                // unique per incarnation of the name; part of idempotency tokens
+	Cluster string          `json:"cluster,omitempty"` // the cluster it belongs to, if any
+	Request json.RawMessage `json:"request"`           // the launch request, without secrets
+	State   VMState         `json:"state"`
+	Phase   string          `json:"phase,omitempty"` // within provisioning: prepare, create, boot, connect, bootstrap, join
+	Attempt int             `json:"attempt"`         // the current attempt number, 0 before the first
+
+	Provider     string          `json:"provider,omitempty"`
+	Region       string          `json:"region,omitempty"`
+	Zone         string          `json:"zone,omitempty"`
+	Offer        json.RawMessage `json:"offer,omitempty"`
+	PricePerHour float64         `json:"price_per_hour,omitempty"`
+	InstanceID   string          `json:"instance_id,omitempty"`
+	SSHHost      string          `json:"ssh_host,omitempty"`
+	SSHPort      int             `json:"ssh_port,omitempty"`
+	SSHUser      string          `json:"ssh_user,omitempty"`
+	HostKey      string          `json:"host_key,omitempty"` // pinned public host key of InstanceID (authorized_keys form)
+
+	Deadline      time.Time `json:"deadline,omitzero"` // the launch's absolute deadline; zero: none
+	LastError     string    `json:"last_error,omitempty"`
+	LastErrorKind string    `json:"last_error_kind,omitempty"`
+
+	Owner       string    `json:"owner,omitempty"` // lease holder; empty: free
+	LeaseExpiry time.Time `json:"lease_expiry,omitzero"`
+	Version     int64     `json:"version"` // bumped by every write
+
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	ReadyAt   time.Time `json:"ready_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"` // deleted or failed
+}
+
+// AttemptState is where an attempt is.
+type AttemptState string
+
+const (
+	AttemptActive      AttemptState = "active"       // under way
+	AttemptTearingDown AttemptState = "tearing-down" // teardown intent journaled, not confirmed
+	AttemptTornDown    AttemptState = "torn-down"    // its instances are confirmed gone
+	AttemptSucceeded   AttemptState = "succeeded"    // its instance is the VM's instance
+)
+
+// Attempt is one try of one offer for one VM. Attempts are numbered from 1
+// per VM and are upserted by (VM, N).
+type Attempt struct {
+	VM          string          `json:"vm"`
+	N           int             `json:"n"`
+	Provider    string          `json:"provider"`
+	Region      string          `json:"region"`
+	Zone        string          `json:"zone,omitempty"`
+	OfferKey    string          `json:"offer_key"`
+	Offer       json.RawMessage `json:"offer"`
+	State       AttemptState    `json:"state"`
+	Phase       string          `json:"phase"`
+	Token       string          `json:"token,omitempty"`    // the create's idempotency token (not a secret)
+	Prepared    json.RawMessage `json:"prepared,omitempty"` // Prepare's private result
+	InstanceIDs []string        `json:"instance_ids,omitempty"`
+	HostKey     string          `json:"host_key,omitempty"` // public host key injected or pinned for this attempt
+	CreateSent  time.Time       `json:"create_sent,omitzero"`
+	CleanedUp   bool            `json:"cleaned_up,omitempty"` // Cleanup confirmed for its location
+	Error       string          `json:"error,omitempty"`
+	ErrorKind   string          `json:"error_kind,omitempty"`
+	StartedAt   time.Time       `json:"started_at"`
+	EndedAt     time.Time       `json:"ended_at,omitzero"`
+}
+
+// Event is one entry of a VM's audit trail. Seq is assigned by the journal,
+// increasing in commit order across all VMs.
+type Event struct {
+	Seq        int64     `json:"seq"`
+	Time       time.Time `json:"time"`
+	VM         string    `json:"vm"`
+	Attempt    int       `json:"attempt,omitempty"`
+	Type       string    `json:"type"`
+	Phase      string    `json:"phase,omitempty"`
+	Provider   string    `json:"provider,omitempty"`
+	Region     string    `json:"region,omitempty"`
+	Zone       string    `json:"zone,omitempty"`
+	InstanceID string    `json:"instance_id,omitempty"`
+	ErrorKind  string    `json:"error_kind,omitempty"`
+	Message    string    `json:"message,omitempty"`
+	Owner      string    `json:"owner,omitempty"`
+}
+
+// Block is one blocklist entry: offers matching Key are skipped until Until.
+// Blocks are upserted by Key; a later Until replaces an earlier one.
+type Block struct {
+	Key       string    `json:"key"`
+	Scope     string    `json:"scope"` // offer, zone, region, provider
+	Provider  string    `json:"provider"`
+	ErrorKind string    `json:"error_kind"`
+	Reason    string    `json:"reason"`
+	Until     time.Time `json:"until"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Step is one atomic, durable journal write: everything in it is committed
+// together or not at all, and is on stable storage when Commit returns.
+type Step struct {
+	// Create inserts a new VM. It fails with ErrExists if a VM of that name
+	// exists and is not terminal; a terminal VM of that name is replaced
+	// (its attempts are removed; its events stay in the log). Create.Version
+	// is set to 1.
+	Create *VM
+	// Update writes a VM conditionally: it fails with ErrLeaseLost if the
+	// stored Owner differs from Update.Owner, else with ErrConflict if the
+	// stored Version differs from Update.Version. On success the stored and
+	// the given Version are both incremented. The lease fields are not
+	// written by Update (see Acquire, Renew, Release); Update.LeaseExpiry is
+	// refreshed from the stored row.
+	Update *VM
+	// Attempts are upserted by (VM, N).
+	Attempts []Attempt
+	// Events are appended; their Seq fields are set.
+	Events []Event
+	// Blocks are upserted by Key.
+	Blocks []Block
+}
+
+// ListOptions filters ListVMs. Zero fields match everything.
+type ListOptions struct {
+	States  []VMState
+	Cluster string
+}
+
+// EventQuery filters Events. Events come in Seq order.
+type EventQuery struct {
+	VM    string // empty: every VM
+	After int64  // only Seq > After
+	Limit int    // 0: no limit
+}
+
+// Journal is the store the engine writes ahead to. Implementations must be
+// safe for concurrent use by many goroutines and, for backends that say so,
+// by many processes: two processes never both succeed in driving one VM,
+// because every VM write is conditional on the lease owner.
+type Journal interface {
+	// Installation returns the id created when the journal was first made.
+	// Every cloud resource carries it, so two journals sharing a cloud
+	// account never adopt each other's machines. It never changes.
+	Installation() string
+
+	// Commit applies a Step atomically and durably.
+	Commit(ctx context.Context, s *Step) error
+
+	// GetVM returns the VM named name, or ErrNotFound.
+	GetVM(ctx context.Context, name string) (VM, error)
+	// ListVMs returns the VMs matching opts, ordered by name.
+	ListVMs(ctx context.Context, opts ListOptions) ([]VM, error)
+	// Attempts returns a VM's attempts ordered by N.
+	Attempts(ctx context.Context, vm string) ([]Attempt, error)
+	// Events returns events matching q in Seq order.
+	Events(ctx context.Context, q EventQuery) ([]Event, error)
+	// Blocks returns the blocks whose Until is after now.
+	Blocks(ctx context.Context, now time.Time) ([]Block, error)
+
+	// Acquire makes owner the lease holder of the VM until expiry, and
+	// returns the VM as stored. It succeeds when the lease is free, held by
+	// owner already, expired at now, or held by one of dead (owners the
+	// caller has proven gone). Otherwise it returns a *LeasedError. Taking
+	// over a lease does not change Version.
+	Acquire(ctx context.Context, name, owner string, now, expiry time.Time, dead ...string) (VM, error)
+	// Renew extends to expiry the leases owner holds on names, and returns
+	// the names whose lease owner no longer holds.
+	Renew(ctx context.Context, owner string, expiry time.Time, names []string) (lost []string, err error)
+	// Release frees the lease if owner holds it; otherwise it does nothing.
+	Release(ctx context.Context, name, owner string) error
+
+	// Close releases the backend's resources.
+	Close() error
+}
+
+// Opener opens a journal from its URL (the whole URL, scheme included).
+type Opener func(ctx context.Context, url string) (Journal, error)
+
+var (
+	mu       sync.RWMutex
+	backends = map[string]Opener{}
+)
+
+// Register makes a backend available for URLs with the given scheme. Backends
+// call it from init. It panics on an empty scheme, a nil opener or a
+// duplicate.
+func Register(scheme string, open Opener) {
+	mu.Lock()
+	defer mu.Unlock()
+	if scheme == "" || open == nil {
+		panic("journal: Register with empty scheme or nil opener")
+	}
+	if _, dup := backends[scheme]; dup {
+		panic("journal: Register called twice for scheme " + scheme)
+	}
+	backends[scheme] = open
+}
+
+// Schemes returns the registered schemes, sorted.
+func Schemes() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]string, 0, len(backends))
+	for s := range backends {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Open opens the journal at url with the backend registered for its scheme
+// ("sqlite:/path/to/journal.db", "postgres://...").
+func Open(ctx context.Context, url string) (Journal, error) {
+	scheme, _, ok := strings.Cut(url, ":")
+	if !ok || scheme == "" {
+		return nil, fmt.Errorf("journal: %q is not a journal URL (want scheme:location, e.g. sqlite:/path/journal.db)", url)
+	}
+	mu.RLock()
+	open, ok := backends[scheme]
+	mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("journal: no backend for scheme %q (registered: %v; did you blank-import it?)", scheme, Schemes())
+	}
+	return open(ctx, url)
+}

@@ -1,0 +1,42 @@
+// Package provider is the contract between gpuprov's shared core and one cloud.
+//
+// A cloud is a package under provider/<id>/ that implements [CloudProvider] and
+// registers a [Factory] in its init function, the way database/sql drivers do:
+//
+//	func init() { provider.Register("mycloud", func(s provider.Settings) (provider.CloudProvider, error) { ... }) }
+//
+// Callers blank-import the adapters they want and the core builds them with
+// [Build]. Everything that is the same for every cloud — failover, retries,
+// polling, deadlines, compensation, the journal, SSH — lives in the core; an
+// adapter only translates the seven primitives to its cloud's API and
+// classifies every failure into an [ErrorKind], which is the failover policy.
+//
+// # The contract
+//
+//	method        must                                                    must not
+//	Name          the id recorded on every VM row                          -
+//	Capabilities  unsupported features, BootTimeout, DeleteTimeout,        -
+//	              PollInterval, ConsistencyWindow, API rate
+//	Plan          offers cheapest first; what Create needs in Offer.Detail create anything
+//	Prepare       idempotent per (VM, location): firewall, key, image;     create the instance
+//	              the result is private JSON and is journaled
+//	Create        one attempt; label everything with the VM identity;      wait for running, or retry
+//	              use the cloud's idempotency token where it has one
+//	Observe       every non-terminated instance with that identity,       filter out broken instances
+//	              normalized status, SSH endpoint once reachable           (report them as Failed)
+//	Delete        request deletion; unknown or gone ids are success        wait
+//	Cleanup       delete per-VM side resources; idempotent                 touch shared resources
+//	Diagnose      (optional, [Diagnoser]) read-only vendor view + findings mutate
+//	List          (optional, [Lister]) every instance of this installation mutate
+//
+// Long waits belong to the core, which polls Observe at PollInterval. The one
+// exception is a bounded wait on a cloud operation whose result carries the
+// error (for example a zonal operation that ends in a stockout).
+//
+// # Errors
+//
+// Every error an adapter returns from a primitive should be a *[Error] with a
+// [ErrorKind]. An error that is not classified counts as [Failed]: the core
+// tears the attempt down and moves to the next offer, which is always safe.
+// It is never treated as [Transient], which could loop.
+package provider

@@ -1,0 +1,335 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// CloudProvider is one cloud account as the core sees it. Implementations must
+// be safe for concurrent use: the core drives many VMs at once through one
+// provider. Every method takes a context and must return promptly when it is
+// done; none may block beyond a single API round trip, except the bounded
+// operation wait documented on Create.
+type CloudProvider interface {
+	// Name returns the provider id recorded on every VM row (the id it was
+	// registered under, or the instance name given in its config).
+	Name() string
+
+	// Capabilities reports what the cloud cannot do and how the core should
+	// pace and bound its waits. It must be cheap and constant.
+	Capabilities() Capabilities
+
+	// Plan returns the offers that satisfy req, cheapest first. It must not
+	// create anything. An offer carries in Detail whatever Create needs.
+	// A request the cloud can never satisfy returns no offers and no error.
+	Plan(ctx context.Context, req *ResourceRequest) ([]Offer, error)
+
+	// Prepare makes the per-VM side resources an instance in offer's
+	// location needs (firewall rules, key registration, image resolution)
+	// and returns private JSON that the core journals and hands to Create.
+	// It must be idempotent per (spec.VM, offer location): calling it again
+	// after a crash or for a second attempt in the same location adopts what
+	// exists. It must not create the instance.
+	Prepare(ctx context.Context, offer *Offer, spec *InstanceSpec) (json.RawMessage, error)
+
+	// Create sends one create request and returns the instance id. It must
+	// label everything it creates with spec's identity (tags, labels, or the
+	// name gpuprov-<vm>) so that Observe can find it even when the response
+	// is lost, and must pass spec.IdempotencyToken where the cloud has such a
+	// token. It must not retry and must not wait for the instance to run; a
+	// bounded wait on an operation whose result carries the error is allowed.
+	// An error that leaves it unknown whether the instance landed (timeout,
+	// lost response, 5xx) must be Transient: the core resolves it by
+	// observing, never by blind resending.
+	Create(ctx context.Context, offer *Offer, prepared json.RawMessage, spec *InstanceSpec) (id string, err error)
+
+	// Observe returns every non-terminated instance in loc that carries the
+	// identity of vm in this installation. Broken instances must be reported
+	// with status Failed, not filtered out. No instance is an empty slice and
+	// a nil error.
+	Observe(ctx context.Context, loc Location, vm string) ([]Observed, error)
+
+	// Delete requests the deletion of ids, which belong to vm in loc. Unknown
+	// or already deleted ids are success. It must not wait for the instances
+	// to go: the core polls Observe.
+	Delete(ctx context.Context, loc Location, vm string, ids []string) error
+
+	// Cleanup deletes the per-VM side resources Prepare made in loc. It must be
+	// idempotent and must never touch resources shared with other VMs (shared
+	// keys, VPCs, account-wide firewall rules). A dependency still shutting
+	// down is Transient.
+	Cleanup(ctx context.Context, loc Location, vm string) error
+}
+
+// Diagnoser is implemented by providers that can explain an instance's health
+// beyond its status: vendor status checks, scheduled events, why a recently
+// terminated instance went away. Diagnose is read-only and must report
+// instances terminated recently too, so that a reclaim is attributed.
+type Diagnoser interface {
+	Diagnose(ctx context.Context, loc Location, vm, instanceID string) (Diagnosis, error)
+}
+
+// Lister is implemented by providers that can list, in one call per location,
+// every non-terminated instance carrying a gpuprov identity of this
+// installation. The core uses it to coalesce polling of many VMs and to find
+// orphans ([Observed.VM] must be set). A zero Location means every location
+// the provider is configured for. List must not mutate.
+type Lister interface {
+	List(ctx context.Context, loc Location) ([]Observed, error)
+}
+
+// Location is where an offer or instance lives. Zone is empty for clouds that
+// place instances by region only.
+type Location struct {
+	Region string `json:"region"`
+	Zone   string `json:"zone,omitempty"`
+}
+
+// String renders the location as region or region/zone.
+func (l Location) String() string {
+	if l.Zone == "" {
+		return l.Region
+	}
+	return l.Region + "/" + l.Zone
+}
+
+// IsZero reports whether l names no location.
+func (l Location) IsZero() bool { return l.Region == "" && l.Zone == "" }
+
+// SpotPolicy says whether a request accepts spot (preemptible) capacity.
+type SpotPolicy string
+
+const (
+	// OnDemand accepts on-demand capacity only. It is the default.
+	OnDemand SpotPolicy = ""
+	// SpotOnly accepts spot capacity only.
+	SpotOnly SpotPolicy = "spot"
+	// SpotOrOnDemand accepts either, cheapest first.
+	SpotOrOnDemand SpotPolicy = "any"
+)
+
+// ResourceRequest is what a caller needs, as handed to Plan. GPU is a
+// canonical GPU name (see [LookupGPU]); the core canonicalizes aliases before
+// calling Plan.
+type ResourceRequest struct {
+	GPU             string     `json:"gpu"`
+	GPUCount        int        `json:"gpu_count"`
+	MinGPUMemoryGB  int        `json:"min_gpu_memory_gb,omitempty"`
+	MaxPricePerHour float64    `json:"max_price_per_hour,omitempty"` // 0: no limit
+	Spot            SpotPolicy `json:"spot,omitempty"`
+	Regions         []string   `json:"regions,omitempty"` // empty: the provider's configured regions
+}
+
+// Accepts reports whether o satisfies r in the fields every cloud shares
+// (GPU, count, memory, price, spot, region). Adapters may use it to filter
+// their catalog.
+func (r *ResourceRequest) Accepts(o *Offer) bool {
+	if r.GPU != "" && o.GPU != r.GPU {
+		return false
+	}
+	if r.GPUCount > 0 && o.GPUCount != r.GPUCount {
+		return false
+	}
+	if r.MinGPUMemoryGB > 0 && o.GPUMemoryGB < r.MinGPUMemoryGB {
+		return false
+	}
+	if r.MaxPricePerHour > 0 && o.PricePerHour > r.MaxPricePerHour {
+		return false
+	}
+	switch r.Spot {
+	case OnDemand:
+		if o.Spot {
+			return false
+		}
+	case SpotOnly:
+		if !o.Spot {
+			return false
+		}
+	}
+	if len(r.Regions) > 0 {
+		found := false
+		for _, reg := range r.Regions {
+			if reg == o.Location.Region {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// Offer is one way a provider can satisfy a request.
+type Offer struct {
+	Provider     string   `json:"provider"`
+	Location     Location `json:"location"`
+	InstanceType string   `json:"instance_type"`
+	GPU          string   `json:"gpu"` // canonical name
+	GPUCount     int      `json:"gpu_count"`
+	GPUMemoryGB  int      `json:"gpu_memory_gb"` // per GPU
+	VCPUs        int      `json:"vcpus,omitempty"`
+	MemoryGB     float64  `json:"memory_gb,omitempty"`
+	PricePerHour float64  `json:"price_per_hour"` // USD for the whole instance
+	Spot         bool     `json:"spot,omitempty"`
+	// Detail is the adapter's private data for Create (vendor ids such as an
+	// image, a socket or a data center id). The core journals it as is.
+	Detail json.RawMessage `json:"detail,omitempty"`
+}
+
+// Key identifies the offer for the blocklist and for "already tried":
+// provider, location, instance type and spot.
+func (o *Offer) Key() string {
+	spot := "od"
+	if o.Spot {
+		spot = "spot"
+	}
+	return fmt.Sprintf("%s|%s|%s|%s|%s", o.Provider, o.Location.Region, o.Location.Zone, o.InstanceType, spot)
+}
+
+// InstanceSpec is what Prepare and Create need beyond the offer. It carries
+// the VM identity every resource must be labelled with.
+type InstanceSpec struct {
+	// VM is the gpuprov VM name: lowercase, [a-z0-9-], at most 50 characters.
+	VM string
+	// Installation is the id of the journal that owns the VM; every resource
+	// carries it beside the VM name, and Observe and List filter on it.
+	Installation string
+	// Attempt is the attempt number of this create, from 1.
+	Attempt int
+	// IdempotencyToken is derived from (installation, VM, attempt): a retried
+	// or replayed create of the same attempt carries the same token.
+	IdempotencyToken string
+	// SSHUser is the login user the core will use, when the cloud lets the
+	// caller choose it.
+	SSHUser string
+	// AuthorizedKeys are OpenSSH authorized_keys lines to install for SSHUser.
+	AuthorizedKeys []string
+	// HostKey, when set, is an SSH host key generated by gpuprov for this VM,
+	// to be injected through user-data (cloud-init) where the cloud takes
+	// user-data. Its private half is a secret: never log or persist it.
+	HostKey *HostKey
+	// OpenPorts are inbound ports the VM's own firewall must open besides
+	// SSH (for example 6443/tcp and 51820/udp for a cross-cloud cluster).
+	OpenPorts []Port
+	// Image overrides the provider's default image.
+	Image string
+}
+
+// Labels returns the identity labels every resource of the VM carries.
+func (s *InstanceSpec) Labels() map[string]string {
+	return map[string]string{LabelVM: s.VM, LabelInstallation: s.Installation}
+}
+
+// Identity labels. Their values fit every cloud's label rules.
+const (
+	LabelVM           = "gpuprov"
+	LabelInstallation = "gpuprov-installation"
+)
+
+// ResourceName is the name every per-VM resource (instance, key, firewall)
+// takes where the cloud names resources: gpuprov-<vm>.
+func ResourceName(vm string) string { return "gpuprov-" + vm }
+
+// HostKey is an SSH host key pair generated by gpuprov for one VM.
+type HostKey struct {
+	// PrivatePEM is the OpenSSH PEM private key, for user-data only.
+	PrivatePEM string `json:"-"`
+	// Public is the authorized_keys form ("ssh-ed25519 AAAA..."), which the
+	// core pins.
+	Public string `json:"public"`
+}
+
+// Port is an inbound port to open: a number and "tcp" or "udp".
+type Port struct {
+	Number   int    `json:"number"`
+	Protocol string `json:"protocol"`
+}
+
+func (p Port) String() string { return fmt.Sprintf("%d/%s", p.Number, p.Protocol) }
+
+// InstanceStatus is an instance's status, normalized across clouds.
+type InstanceStatus string
+
+const (
+	// StatusPending: requested, booting, or running but not yet reachable
+	// (including "active but still installing").
+	StatusPending InstanceStatus = "pending"
+	// StatusRunning: running; SSH is set once the instance can be reached.
+	StatusRunning InstanceStatus = "running"
+	// StatusStopping: shutting down or being deleted.
+	StatusStopping InstanceStatus = "stopping"
+	// StatusFailed: broken (boot failure, host error, preempted but still listed).
+	StatusFailed InstanceStatus = "failed"
+	// StatusTerminated: gone; Observe does not return these, Diagnose may.
+	StatusTerminated InstanceStatus = "terminated"
+	// StatusUnknown: a vendor status the adapter cannot map.
+	StatusUnknown InstanceStatus = "unknown"
+)
+
+// SSHEndpoint is where the core reaches an instance over SSH.
+type SSHEndpoint struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	User string `json:"user"`
+}
+
+// Address returns host:port.
+func (e SSHEndpoint) Address() string { return fmt.Sprintf("%s:%d", e.Host, e.Port) }
+
+// Observed is one instance as Observe or List sees it.
+type Observed struct {
+	ID           string         `json:"id"`
+	VM           string         `json:"vm,omitempty"` // the identity found on the instance
+	Status       InstanceStatus `json:"status"`
+	SSH          *SSHEndpoint   `json:"ssh,omitempty"` // nil until reachable
+	PublicIP     string         `json:"public_ip,omitempty"`
+	PrivateIP    string         `json:"private_ip,omitempty"`
+	Location     Location       `json:"location"`
+	InstanceType string         `json:"instance_type,omitempty"`
+	Created      time.Time      `json:"created"`
+	VendorStatus string         `json:"vendor_status,omitempty"`
+}
+
+// Feature is something a cloud may not support.
+type Feature string
+
+const (
+	FeatureSpot             Feature = "spot"
+	FeatureUserData         Feature = "user-data"         // cloud-init: host key injection
+	FeatureIdempotencyToken Feature = "idempotency-token" // create can be replayed safely
+	FeatureFirewall         Feature = "per-vm-firewall"   // OpenPorts is honoured
+	FeatureZones            Feature = "zones"             // locations have zones
+)
+
+// Capabilities says what a cloud cannot do and how the core paces it. Zero
+// durations mean "use the core's default".
+type Capabilities struct {
+	Unsupported []Feature
+	// BootTimeout bounds the wait from create to running with SSH.
+	BootTimeout time.Duration
+	// DeleteTimeout bounds a teardown: delete, wait until gone, cleanup.
+	DeleteTimeout time.Duration
+	// PollInterval is how often the core calls Observe while waiting.
+	PollInterval time.Duration
+	// ConsistencyWindow is how long a new instance may be missing from
+	// Observe after Create returned; "nothing there" counts only after it.
+	ConsistencyWindow time.Duration
+	// RequestsPerSecond and Burst size the core's token bucket for this
+	// account's API calls; zero means unlimited.
+	RequestsPerSecond float64
+	Burst             int
+}
+
+// Supports reports whether f is not listed as unsupported.
+func (c Capabilities) Supports(f Feature) bool {
+	for _, u := range c.Unsupported {
+		if u == f {
+			return false
+		}
+	}
+	return true
+}
