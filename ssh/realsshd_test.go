@@ -1,0 +1,303 @@
+package ssh
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// Tests against a real OpenSSH sshd on loopback (see newRealSSHD).
+
+func TestRealWaitReadyWhileSSHDStartsLate(t *testing.T) {
+	r := newRealSSHD(t)
+	var attempts []error
+	progress := func(n int, err error) {
+		attempts = append(attempts, err)
+		if n == 1 {
+			r.start(t) // sshd comes up only after a failed attempt
+		}
+	}
+	c, err := WaitReady(testCtx(t), r.cfg(t, r.fixed(t)), WithSleep(noSleep), WithProgress(progress))
+	if err != nil {
+		t.Fatalf("WaitReady: %v", err)
+	}
+	closeClient(t, c)
+	if len(attempts) == 0 || !errors.Is(attempts[0], syscall.ECONNREFUSED) {
+		t.Fatalf("first attempt error = %v, want connection refused", attempts)
+	}
+	if len(attempts) != 1 {
+		t.Errorf("%d failed attempts after sshd was listening: %v", len(attempts)-1, attempts[1:])
+	}
+	// Key authentication put us in as the configured user.
+	res, err := c.Run(testCtx(t), "id -un")
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != r.user {
+		t.Fatalf("id -un = %q, %v; want %q", res.Stdout, err, r.user)
+	}
+	if c.HostKey() != r.hostKey.AuthorizedKey {
+		t.Errorf("HostKey() = %q, want %q", c.HostKey(), r.hostKey.AuthorizedKey)
+	}
+}
+
+func TestRealKeyAuthRefusesUnknownKey(t *testing.T) {
+	r := newRealSSHD(t)
+	r.start(t)
+	cfg := r.cfg(t, r.fixed(t))
+	cfg.Signer = mustKey(t).Signer
+	_, err := Dial(testCtx(t), cfg)
+	if !errors.Is(err, ErrAuthFailed) {
+		t.Fatalf("Dial with an unknown key = %v, want ErrAuthFailed", err)
+	}
+}
+
+func TestRealTOFUPinsFirstKeyThenVerifies(t *testing.T) {
+	r := newRealSSHD(t)
+	r.start(t)
+	var pins []string
+	policy := TOFU("", func(k string) error { pins = append(pins, k); return nil })
+	for i := range 2 {
+		c, err := Dial(testCtx(t), r.cfg(t, policy))
+		if err != nil {
+			t.Fatalf("contact %d: %v", i+1, err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(pins) != 1 || pins[0] != r.hostKey.AuthorizedKey {
+		t.Fatalf("pinned %q, want exactly the host key once", pins)
+	}
+	// A later run restores the pin from storage: pin is not called again.
+	restored := TOFU(pins[0], func(string) error { t.Error("pin called with a key already pinned"); return nil })
+	c, err := Dial(testCtx(t), r.cfg(t, restored))
+	if err != nil {
+		t.Fatalf("contact with a restored pin: %v", err)
+	}
+	_ = c.Close()
+
+	// A pin that cannot be stored aborts the dial and is not retried.
+	failing := TOFU("", func(string) error { return os.ErrPermission })
+	_, err = WaitReady(testCtx(t), r.cfg(t, failing), WithSleep(noSleep),
+		WithProgress(func(int, error) { t.Error("WaitReady retried a failed pin") }))
+	if !errors.Is(err, os.ErrPermission) {
+		t.Fatalf("failing pin: %v", err)
+	}
+}
+
+func TestRealChangedHostKeyRefusedAtOnce(t *testing.T) {
+	r := newRealSSHD(t)
+	old := r.hostKey
+	r.setHostKey(t, mustKey(t)) // the VM was replaced, or someone intercepts
+	r.start(t)
+
+	fixed, err := FixedHostKey(old.AuthorizedKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, policy := range map[string]HostKeyPolicy{
+		"fixed": fixed,
+		"tofu":  TOFU(old.AuthorizedKey, nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			begin := time.Now()
+			_, err := WaitReady(ctx, r.cfg(t, policy),
+				WithProgress(func(n int, err error) { t.Errorf("attempt %d retried: %v", n, err) }),
+				WithSleep(func(context.Context, time.Duration) error { t.Error("WaitReady slept"); return nil }))
+			if !errors.Is(err, ErrHostKeyMismatch) {
+				t.Fatalf("WaitReady = %v, want ErrHostKeyMismatch", err)
+			}
+			if d := time.Since(begin); d > 10*time.Second {
+				t.Errorf("took %v: not at once", d)
+			}
+			var mm *HostKeyMismatchError
+			if !errors.As(err, &mm) {
+				t.Fatalf("%T is not a *HostKeyMismatchError", err)
+			}
+			want, got := fingerprint(t, old.AuthorizedKey), fingerprint(t, r.hostKey.AuthorizedKey)
+			if mm.Expected != want || mm.Presented != got ||
+				!strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), got) {
+				t.Errorf("error %q, want expected %s and presented %s", err, want, got)
+			}
+		})
+	}
+}
+
+func fingerprint(t *testing.T, authorizedKey string) string {
+	t.Helper()
+	k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(authorizedKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gossh.FingerprintSHA256(k)
+}
+
+func TestRealRun(t *testing.T) {
+	r := newRealSSHD(t)
+	r.start(t)
+	c := r.dial(t)
+	tests := []struct {
+		name       string
+		cmd        string
+		opts       []RunOption
+		wantOut    string
+		wantErrOut string
+		wantCode   int
+		wantTrunc  bool
+	}{
+		{name: "exit 0", cmd: "echo out", wantOut: "out\n"},
+		{name: "exit 3 with stderr", cmd: "echo out; echo 'it broke' >&2; exit 3", wantOut: "out\n", wantErrOut: "it broke\n", wantCode: 3},
+		{name: "stdin", cmd: "tr a-z A-Z", opts: []RunOption{WithStdin(strings.NewReader("hello"))}, wantOut: "HELLO"},
+		{name: "output capped", cmd: "head -c 100000 /dev/zero | tr '\\0' x", opts: []RunOption{WithOutputLimit(10)},
+			wantOut: "xxxxxxxxxx", wantTrunc: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := c.Run(testCtx(t), tt.cmd, tt.opts...)
+			if string(res.Stdout) != tt.wantOut || string(res.Stderr) != tt.wantErrOut ||
+				res.ExitCode != tt.wantCode || res.Truncated != tt.wantTrunc {
+				t.Errorf("Run = %+v (stdout %q stderr %q)", res, res.Stdout, res.Stderr)
+			}
+			var ee *ExitError
+			switch {
+			case tt.wantCode == 0 && err != nil:
+				t.Errorf("err = %v, want nil", err)
+			case tt.wantCode != 0 && !errors.As(err, &ee):
+				t.Errorf("err = %v, want an *ExitError", err)
+			case tt.wantCode != 0 && (ee.Code != tt.wantCode || !strings.Contains(err.Error(), "it broke") || string(ee.Stderr) != tt.wantErrOut):
+				t.Errorf("ExitError = %+v (%v)", ee, err)
+			}
+		})
+	}
+}
+
+// OpenSSH refuses "signal" requests on root logins (and before 7.9), so a
+// cancelled Run must still return promptly: TERM, KILL, then close.
+func TestRealRunCancelReturnsPromptly(t *testing.T) {
+	r := newRealSSHD(t)
+	r.start(t)
+	c := r.dial(t)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	started := newSignalWriter()
+	go func() {
+		<-started.fired
+		cancel()
+	}()
+	const grace = 200 * time.Millisecond
+	begin := time.Now()
+	res, err := c.Run(ctx, "echo started; exec sleep 30", WithOutput(started, nil), WithKillGrace(grace))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	if d := time.Since(begin); d > 2*grace+3*time.Second {
+		t.Errorf("cancelled Run took %v", d)
+	}
+	if string(res.Stdout) != "started\n" {
+		t.Errorf("stdout %q, want the output printed before the cancel", res.Stdout)
+	}
+	// The connection survives the abandoned session.
+	if res, err := c.Run(testCtx(t), "echo ok"); err != nil || string(res.Stdout) != "ok\n" {
+		t.Fatalf("Run after cancel = %+v, %v", res, err)
+	}
+}
+
+func TestRealWriteFile(t *testing.T) {
+	r := newRealSSHD(t)
+	r.start(t)
+	c := r.dial(t)
+	dir := filepath.Join(r.dir, "etc", "rancher", "k3s") // does not exist yet
+	path := filepath.Join(dir, "config.yaml")
+	big := make([]byte, 1<<20)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		content []byte
+		mode    os.FileMode
+	}{
+		{[]byte("token: s3cret\n"), 0o600},
+		{[]byte("token: s3cret\n"), 0o600}, // idempotent rewrite
+		{big, 0o644},
+		{[]byte{}, 0o640},
+	}
+	for i, st := range steps {
+		if err := c.WriteFile(testCtx(t), path, st.content, st.mode); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		sum := sha256.Sum256(st.content)
+		res, err := c.Run(testCtx(t), Command("sh", "-c", `stat -c %a "$1"; sha256sum < "$1"; ls -A "$2"`, "sh", path, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+		wantLines := []string{fmt.Sprintf("%o", st.mode.Perm()), hex.EncodeToString(sum[:]) + "  -", "config.yaml"}
+		if strings.Join(lines, "\n") != strings.Join(wantLines, "\n") {
+			t.Errorf("step %d: remote stat/sha256/ls = %q, want %q", i, lines, wantLines)
+		}
+	}
+	local, err := os.ReadFile(path) // the sshd runs on this machine
+	if err != nil || len(local) != 0 {
+		t.Fatalf("final content %q, %v", local, err)
+	}
+}
+
+func TestRealQuoteRoundTrip(t *testing.T) {
+	r := newRealSSHD(t)
+	r.start(t)
+	c := r.dial(t)
+	// One command, through the login shell: printf '%s\0' Quote(s1) Quote(s2) ...
+	words := make([]string, len(nastyStrings))
+	for i, s := range nastyStrings {
+		words[i] = Quote(s)
+	}
+	res, err := c.Run(testCtx(t), `printf '%s\0' `+strings.Join(words, " "))
+	if err != nil || len(res.Stderr) != 0 {
+		t.Fatalf("Run: %v (stderr %q)", err, res.Stderr)
+	}
+	got := strings.Split(strings.TrimSuffix(string(res.Stdout), "\x00"), "\x00")
+	if len(got) != len(nastyStrings) {
+		t.Fatalf("got %d words back, want %d: %q", len(got), len(nastyStrings), got)
+	}
+	for i, s := range nastyStrings {
+		if got[i] != s {
+			t.Errorf("Quote(%q) came back as %q", s, got[i])
+		}
+	}
+}
+
+func TestRealKnownHostsLineAcceptedByOpenSSH(t *testing.T) {
+	r := newRealSSHD(t)
+	r.start(t)
+	sshBin, err := exec.LookPath("ssh")
+	if err != nil {
+		t.Skipf("no ssh client: %v", err)
+	}
+	run := func(hostKey string) (string, error) {
+		kh := filepath.Join(t.TempDir(), "known_hosts")
+		if err := os.WriteFile(kh, []byte(KnownHostsLine(r.addr, hostKey)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(sshBin, "-F", "/dev/null", "-i", r.userKF, "-p", strings.TrimPrefix(r.addr, "127.0.0.1:"),
+			"-o", "UserKnownHostsFile="+kh, "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes",
+			"-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", r.user+"@127.0.0.1", "echo", "ok").CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run(r.hostKey.AuthorizedKey); err != nil || strings.TrimSpace(out) != "ok" {
+		t.Fatalf("ssh with KnownHostsLine: %q, %v", out, err)
+	}
+	if out, err := run(mustKey(t).AuthorizedKey); err == nil {
+		t.Fatalf("ssh accepted a known_hosts line for another key: %q", out)
+	}
+}

@@ -1,0 +1,311 @@
+package ssh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// Defaults of Run.
+const (
+	// DefaultOutputLimit caps each of stdout and stderr kept by Run; the
+	// rest is read and discarded, and Result.Truncated is set.
+	DefaultOutputLimit = 16 << 20
+	// DefaultKillGrace is how long a cancelled Run waits after TERM before
+	// KILL, and after KILL before closing the session.
+	DefaultKillGrace = 2 * time.Second
+	// stderrTail is how much of stderr an ExitError keeps.
+	stderrTail = 4 << 10
+)
+
+// Result is what a command printed and how it ended.
+type Result struct {
+	Stdout, Stderr []byte
+	// ExitCode is the exit status; 128+n when killed by signal n; -1 when
+	// unknown (the connection was lost or the command never started).
+	ExitCode int
+	// Truncated reports that stdout or stderr exceeded the output limit and
+	// only its beginning was kept.
+	Truncated bool
+}
+
+// ExitError is the error of a command that ran and exited non-zero or was
+// killed by a signal. Run wraps it with the host and command; use
+// errors.As to get it.
+type ExitError struct {
+	Code   int    // exit status; 128+n when killed by signal n
+	Signal string // SSH signal name ("TERM", "KILL") if killed, else ""
+	Stderr []byte // the last 4 KiB of stderr
+}
+
+// Error gives the exit status or signal and the last lines of stderr.
+func (e *ExitError) Error() string {
+	msg := fmt.Sprintf("exit status %d", e.Code)
+	if e.Signal != "" {
+		msg = "killed by signal " + e.Signal
+	}
+	if tail := lastLines(e.Stderr, 3, 512); tail != "" {
+		msg += ": " + tail
+	}
+	return msg
+}
+
+// errNoStatus says that a session ended, or was abandoned, without an
+// exit status.
+var errNoStatus = errors.New("the command reported no exit status")
+
+// RunOption configures one Run.
+type RunOption func(*runOptions)
+
+type runOptions struct {
+	stdin          io.Reader
+	limit          int
+	grace          time.Duration
+	stdout, stderr io.Writer
+	sudo           bool
+}
+
+// WithStdin feeds r to the command's stdin, then EOF. Run returns when the
+// command ends, even if r has more to give.
+func WithStdin(r io.Reader) RunOption { return func(o *runOptions) { o.stdin = r } }
+
+// WithOutputLimit caps the bytes of stdout and of stderr that Run keeps
+// (default DefaultOutputLimit); n <= 0 keeps the default.
+func WithOutputLimit(n int) RunOption { return func(o *runOptions) { o.limit = n } }
+
+// WithKillGrace sets how long a cancelled command gets to die after TERM,
+// then after KILL, before the session is closed (default DefaultKillGrace).
+func WithKillGrace(d time.Duration) RunOption { return func(o *runOptions) { o.grace = d } }
+
+// WithOutput also copies stdout and stderr, as they arrive, to the given
+// writers (either may be nil), for example to stream an installer's log.
+// Their errors are ignored, and nothing is written to them after Run
+// returns.
+func WithOutput(stdout, stderr io.Writer) RunOption {
+	return func(o *runOptions) { o.stdout, o.stderr = stdout, stderr }
+}
+
+// WithSudo runs the command as root: through `sudo -n` when the login user
+// is not root (see [Client.WriteFile] for the rules), as is otherwise. The
+// command is passed to `sh -c`.
+func WithSudo() RunOption { return func(o *runOptions) { o.sudo = true } }
+
+// Run runs cmd through the login shell of the remote user and returns its
+// output and exit status.
+//
+// A command that exits non-zero or is killed returns its Result and an
+// error wrapping *[ExitError]. If ctx ends first, Run sends TERM, then KILL
+// after the grace period, then closes the session, and returns what was
+// printed and an error wrapping ctx.Err(). (OpenSSH ignores signals on
+// root logins, and before 7.9 on any: then only closing the session is
+// left, and the remote command may outlive it until it next writes
+// output.) If the connection dies before an
+// exit status arrives, the error wraps [ErrConnectionLost] (and
+// [ErrPeerUnresponsive] if keepalives found the peer dead): the command
+// may or may not have run. cmd must not contain NUL; build it with
+// [Command] or [Quote] when it has arguments.
+func (c *Client) Run(ctx context.Context, cmd string, opts ...RunOption) (Result, error) {
+	o := runOptions{limit: DefaultOutputLimit, grace: DefaultKillGrace}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.limit <= 0 {
+		o.limit = DefaultOutputLimit
+	}
+	if strings.ContainsRune(cmd, 0) {
+		return Result{ExitCode: -1}, fmt.Errorf("%w: command contains NUL", ErrInvalidConfig)
+	}
+	if o.sudo {
+		wrapped, err := c.asRootCommand(ctx, cmd)
+		if err != nil {
+			return Result{ExitCode: -1}, err
+		}
+		cmd = wrapped
+	}
+	return c.run(ctx, cmd, o)
+}
+
+func (c *Client) run(ctx context.Context, cmd string, o runOptions) (Result, error) {
+	short := shorten(cmd)
+	fail := func(err error) (Result, error) {
+		return Result{ExitCode: -1}, fmt.Errorf("ssh: %s: %s: %w", c.target, short, err)
+	}
+	sess, err := c.newSession(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	stdout := &capBuffer{limit: o.limit, tee: o.stdout}
+	stderr := &capBuffer{limit: o.limit, tee: o.stderr}
+	sess.Stdout, sess.Stderr = stdout, stderr
+	var stdin io.WriteCloser
+	if o.stdin != nil {
+		if stdin, err = sess.StdinPipe(); err != nil {
+			_ = sess.Close()
+			return fail(err)
+		}
+	}
+
+	begin := time.Now()
+	waited := make(chan error, 1)
+	started := c.spawn(func() {
+		if err := sess.Start(cmd); err != nil {
+			waited <- fmt.Errorf("start: %w", err)
+			return
+		}
+		if stdin != nil {
+			// Owned by the client: it ends when r does, or when a write
+			// fails because the session is gone.
+			c.spawn(func() {
+				_, _ = io.Copy(stdin, o.stdin) // a write error means the command stopped reading
+				_ = stdin.Close()              // EOF for the command; fails only if the session is gone
+			})
+		}
+		waited <- sess.Wait()
+	})
+	if !started {
+		_ = sess.Close() // the client is closing; the session is moot
+		return fail(c.lost())
+	}
+
+	var waitErr error
+	cancelled := false
+	select {
+	case waitErr = <-waited:
+	case <-ctx.Done():
+		cancelled = true
+		waitErr = c.stop(sess, waited, o.grace)
+	}
+	_ = sess.Close() // usually already closed by the server; nothing to report
+
+	res := Result{ExitCode: -1}
+	res.Stdout, res.Truncated = stdout.seal()
+	var errTrunc bool
+	res.Stderr, errTrunc = stderr.seal()
+	res.Truncated = res.Truncated || errTrunc
+
+	var exitErr *gossh.ExitError
+	var missing *gossh.ExitMissingError
+	switch {
+	case waitErr == nil: // it exited 0, even if ctx ended meanwhile
+		res.ExitCode = 0
+	case errors.As(waitErr, &exitErr):
+		res.ExitCode = exitErr.ExitStatus()
+	}
+	c.log.Debug("ssh run", "cmd", short, "code", res.ExitCode, "elapsed", time.Since(begin).Round(time.Millisecond))
+
+	switch {
+	case cancelled:
+		return res, fmt.Errorf("ssh: %s: %s: %w", c.target, short, ctx.Err())
+	case waitErr == nil:
+		return res, nil
+	case exitErr != nil:
+		return res, fmt.Errorf("ssh: %s: %s: %w", c.target, short, &ExitError{
+			Code:   res.ExitCode,
+			Signal: exitErr.Signal(),
+			Stderr: tail(res.Stderr, stderrTail),
+		})
+	case c.lost() != nil:
+		return res, fmt.Errorf("ssh: %s: %s: %w", c.target, short, c.lost())
+	case errors.As(waitErr, &missing):
+		return res, fmt.Errorf("ssh: %s: %s: %w: %w", c.target, short, ErrConnectionLost, errNoStatus)
+	default:
+		return res, fmt.Errorf("ssh: %s: %s: %w", c.target, short, waitErr)
+	}
+}
+
+// stop ends a cancelled command: TERM, then KILL, then closing the
+// session. It returns the session's Wait error if it came in time.
+func (c *Client) stop(sess *gossh.Session, waited <-chan error, grace time.Duration) error {
+	for _, sig := range []gossh.Signal{gossh.SIGTERM, gossh.SIGKILL} {
+		_ = sess.Signal(sig) // a server that ignores signals gets the next step
+		t := time.NewTimer(grace)
+		select {
+		case err := <-waited:
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+	// The wait goroutine stays with the client, which ends it at Close.
+	return errNoStatus
+}
+
+// capBuffer keeps the first limit bytes written to it, discards the rest,
+// and stops writing (to itself and to tee) once sealed.
+type capBuffer struct {
+	mu        sync.Mutex
+	buf       []byte
+	limit     int
+	truncated bool
+	sealed    bool
+	tee       io.Writer
+}
+
+func (b *capBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sealed {
+		return len(p), nil
+	}
+	if b.tee != nil {
+		_, _ = b.tee.Write(p) // documented: tee errors do not fail the command
+	}
+	keep := min(len(p), b.limit-len(b.buf))
+	if keep < len(p) {
+		b.truncated = true
+	}
+	b.buf = append(b.buf, p[:keep]...)
+	return len(p), nil
+}
+
+func (b *capBuffer) seal() ([]byte, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sealed = true
+	return b.buf, b.truncated
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return append([]byte(nil), b...)
+}
+
+// lastLines returns up to n non-empty last lines of b, at most max bytes,
+// joined with " | ", for error messages.
+func lastLines(b []byte, n, max int) string {
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	s := strings.Join(lines, " | ")
+	if len(s) > max {
+		s = "…" + s[len(s)-max:]
+	}
+	return strings.ToValidUTF8(s, "?")
+}
+
+// shorten names a command in messages: its first line, at most 80 runes.
+func shorten(cmd string) string {
+	line, _, more := strings.Cut(cmd, "\n")
+	if utf8.RuneCountInString(line) > 80 {
+		line, more = string([]rune(line)[:80]), true
+	}
+	if more {
+		line += " …"
+	}
+	return fmt.Sprintf("%q", line)
+}
