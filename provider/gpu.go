@@ -24,7 +24,7 @@ type GPUModel struct {
 var gpuTable = []GPUModel{
 	{"B200", 180, []string{"nvidia-b200", "NVIDIA B200", "B200_180GB"}},
 	{"H200", 141, []string{"nvidia-h200-141gb", "NVIDIA H200", "H200_141GB", "H200-141GB", "h200_sxm"}},
-	{"GH200", 96, []string{"nvidia-gh200", "NVIDIA GH200 480GB", "GH200_96GB", "gh200"}},
+	{"GH200", 96, []string{"nvidia-gh200", "NVIDIA GH200 480GB", "GH200_96GB", "gh200", "GH200_480GB"}},
 	{"H100-80GB", 80, []string{"H100", "nvidia-h100-80gb", "nvidia-h100-mega-80gb", "NVIDIA H100 80GB HBM3", "H100_80GB", "h100_sxm5", "h100_pcie", "H100 SXM", "H100 PCIe", "NVIDIA H100 PCIe"}},
 	{"H100-NVL", 94, []string{"NVIDIA H100 NVL", "H100_NVL", "h100nvl"}},
 	{"A100-80GB", 80, []string{"nvidia-a100-80gb", "NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "A100_80GB", "a100_80gb_sxm4", "a100_80gb_pcie", "A100 80GB"}},
