@@ -1,0 +1,87 @@
+package simcloud
+
+import (
+	"errors"
+	"io"
+	"net/http"
+)
+
+// adminRoutes adds the /admin API: the Go methods of Server over HTTP, for
+// a server run as its own process. Every call needs the admin token.
+func (s *Server) adminRoutes(mux *http.ServeMux) {
+	mux.Handle("GET /admin/clouds", s.admin(func(r *http.Request) (int, any, error) {
+		type info struct {
+			Name   string `json:"name"`
+			APIKey string `json:"api_key"`
+			URL    string `json:"url"`
+		}
+		out := []info{}
+		for _, n := range s.Clouds() {
+			out = append(out, info{Name: n, APIKey: s.APIKey(n), URL: s.url + "/clouds/" + n + "/v1"})
+		}
+		return http.StatusOK, out, nil
+	}))
+	mux.Handle("GET /admin/clouds/{cloud}/faults", s.admin(func(r *http.Request) (int, any, error) {
+		f, err := s.Faults(r.PathValue("cloud"))
+		return http.StatusOK, f, err
+	}))
+	mux.Handle("PUT /admin/clouds/{cloud}/faults", s.admin(func(r *http.Request) (int, any, error) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			return 0, nil, err
+		}
+		var f Faults
+		if aerr := decode(body, &f); aerr != nil {
+			return 0, nil, aerr
+		}
+		if err := s.SetFaults(r.PathValue("cloud"), f); err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, f, nil
+	}))
+	mux.Handle("GET /admin/clouds/{cloud}/instances", s.admin(func(r *http.Request) (int, any, error) {
+		in, err := s.Instances(r.PathValue("cloud"))
+		return http.StatusOK, map[string][]Instance{"instances": in}, err
+	}))
+	mux.Handle("POST /admin/clouds/{cloud}/instances/{id}/preempt", s.admin(func(r *http.Request) (int, any, error) {
+		if err := s.Preempt(r.PathValue("cloud"), r.PathValue("id")); err != nil {
+			return 0, nil, err
+		}
+		in, err := s.Instance(r.PathValue("cloud"), r.PathValue("id"))
+		return http.StatusOK, in, err
+	}))
+	mux.Handle("GET /admin/clouds/{cloud}/resources", s.admin(func(r *http.Request) (int, any, error) {
+		res, err := s.SideResources(r.PathValue("cloud"))
+		return http.StatusOK, res, err
+	}))
+	mux.Handle("GET /admin/clouds/{cloud}/stats", s.admin(func(r *http.Request) (int, any, error) {
+		st, err := s.Stats(r.PathValue("cloud"))
+		return http.StatusOK, st, err
+	}))
+}
+
+// admin wraps an admin call: the admin token, and errors mapped to the
+// API's error codes.
+func (s *Server) admin(h func(r *http.Request) (int, any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !bearer(r, s.adminToken) {
+			writeError(w, errorf(http.StatusUnauthorized, CodeUnauthorized, "missing or invalid admin token"))
+			return
+		}
+		status, v, err := h(r)
+		var aerr *apiError
+		switch {
+		case err == nil:
+			writeJSON(w, status, v)
+			return
+		case errors.As(err, &aerr):
+		case errors.Is(err, ErrUnknownCloud), errors.Is(err, ErrNotFound):
+			aerr = errorf(http.StatusNotFound, CodeNotFound, "%v", err)
+		case errors.Is(err, ErrNotRunning):
+			aerr = errorf(http.StatusConflict, CodeConflict, "%v", err)
+		default:
+			aerr = errorf(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+		}
+		writeError(w, aerr)
+	})
+}

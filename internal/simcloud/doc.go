@@ -1,0 +1,128 @@
+// Package simcloud is the simulated GPU cloud: an HTTP JSON API shaped like a
+// GPU marketplace, serving several independent clouds (accounts) from one
+// server, each with its own catalog, prices, API key and faults. It is the
+// embedded default cloud of gpuprov (provider/sim talks to it): the demo,
+// the tests, the benchmarks and the chaos runs use it. Every running
+// instance is a real SSH endpoint on loopback (internal/sshd) whose commands
+// run in a sandbox folder, so SSH and bootstrap steps run for real.
+//
+// The smallest real use:
+//
+//	srv, err := simcloud.Start(simcloud.DefaultOptions()) // sim-a and sim-b on 127.0.0.1:<free port>
+//	if err != nil { ... }
+//	defer srv.Close()
+//	// point provider/sim at srv.URL() with cloud "sim-a" and key srv.APIKey("sim-a")
+//	srv.SetFaults("sim-a", simcloud.Faults{StockoutOffers: []string{"*"}}) // fail over to sim-b
+//
+// Only loopback is ever bound: Start refuses any other address.
+//
+// # API
+//
+// Every cloud lives under /clouds/{cloud}/v1/ and every call needs the
+// header "Authorization: Bearer <key>" of that cloud (Server.APIKey).
+// Bodies are JSON; unknown fields in a request body are an invalid_request.
+//
+//	GET    offers[?region=&gpu=]            {"offers":[Offer...]}: id, region, zone, instance_type,
+//	                                        gpu (canonical), gpu_count, gpu_memory_gb, vcpus,
+//	                                        memory_gb, price_per_hour, spot, availability (a hint)
+//	POST   instances                        body {offer_id, name, labels, user_data, idempotency_token,
+//	                                        ssh_user, ssh_key, firewall}: 201 and the Instance;
+//	                                        200 and the existing Instance when the idempotency
+//	                                        token was seen (unless the cloud ignores tokens)
+//	GET    instances[?label=k=v&label=...&region=&zone=&include_terminated=true&limit=&cursor=]
+//	                                        {"instances":[...], "next_cursor":"..."}: sorted by id,
+//	                                        limit 1..500 (default 100); pass next_cursor back as
+//	                                        cursor for the next page; terminated instances only with
+//	                                        include_terminated; new instances are hidden for
+//	                                        Faults.ListingLag
+//	GET    instances/{id}                   the Instance, terminated ones too for Options.Retention
+//	DELETE instances/{id}                   202 and the Instance, now "stopping" (idempotent);
+//	                                        404 for an unknown id
+//	PUT    firewalls/{name}?region=r        body {ports:[{number,protocol}], labels}: 201 created,
+//	                                        200 updated (idempotent)
+//	DELETE firewalls/{name}?region=r        204; 404 unknown; 409 conflict while an instance that
+//	                                        is not terminated uses it
+//	GET    firewalls[?region=r]             {"firewalls":[...]}
+//	PUT    ssh-keys/{name}                  body {public_keys:[authorized_keys lines], labels}: 201/200
+//	DELETE ssh-keys/{name}                  204; 404 unknown
+//	GET    ssh-keys                         {"ssh_keys":[...]}
+//
+// An Instance carries id, name, labels, offer_id and the offer's fields,
+// status, status_message, ssh {host, port, user} while it runs with SSH,
+// public_ip (127.0.0.1), host_key (public), created_at, updated_at,
+// terminated_at and events, its history ({at, type, message} with types
+// created, booting, running, boot_failed, delete_requested, preempted,
+// terminated) that stays readable after termination, so a reclaim or a
+// boot failure can be diagnosed.
+//
+// Statuses: provisioning → booting → running, or failed when the boot
+// fails; delete turns any of them stopping, then terminated; a preempted
+// instance reports preempted, then terminated. Boot takes Timing.BootTime ±
+// BootJitter (a third of it provisioning), a delete Timing.DeleteTime plus
+// Faults.SlowDelete.
+//
+// User-data is read as cloud-init would: from a "#cloud-config" document,
+// ssh_keys.ed25519_private becomes the instance's SSH host key (else one is
+// generated) and ssh_authorized_keys, with the keys of the ssh_key resource
+// the create names, may log in, as any user name. The SSH server starts
+// when the instance turns running, in a sandbox folder under the state
+// folder (Server.SandboxDir) whose bin/ is first on PATH, and stops when the
+// instance is deleted, preempted or fails.
+//
+// # Errors
+//
+// Errors are {"error":{"code":"...","message":"..."}} with these codes:
+//
+//	400 invalid_request     malformed body, unknown offer, missing firewall or key, bad cloud-config
+//	401 unauthorized        missing or wrong API key (or admin token)
+//	402 insufficient_funds  the account cannot pay (Faults.InsufficientFunds)
+//	403 quota_exceeded      region quota (Faults.QuotaRegions, Faults.InstanceQuota)
+//	404 not_found           unknown cloud, instance, firewall, key or route
+//	409 out_of_capacity     stockout (Faults.StockoutOffers, Faults.StockoutRegions)
+//	409 conflict            a firewall still in use; admin: preempting an instance that is not running
+//	429 rate_limited        token bucket empty or injected throttling; Retry-After header in seconds
+//	500 internal            injected error, or a create whose response was lost (it landed)
+//	503 unavailable         injected error, or the server is shutting down
+//	504 timeout             a request held by a timeout fault (the client has usually given up)
+//
+// A create with a lost response may also end with the connection closed and
+// no answer at all (LostCreateMode "drop").
+//
+// # Faults
+//
+// Faults are set per cloud in CloudConfig.Faults at start, and at run time
+// with Server.SetFaults or PUT /admin/clouds/{cloud}/faults. See Faults for
+// each knob: stockouts and quota by offer or region, insufficient funds,
+// injected 429/5xx/timeouts (optionally only for some call kinds), lost
+// create responses, boot failures (by probability, offer or region), slow
+// delete, listing lag, preemption (by probability, or on demand with
+// Server.Preempt or POST /admin/clouds/{cloud}/instances/{id}/preempt) and a
+// per-account token bucket. CloudConfig.IgnoreIdempotencyToken makes a cloud
+// ignore idempotency tokens. Probabilities draw from a math/rand generator
+// seeded with Options.Seed, so runs with the same calls are reproducible.
+//
+// # Admin API
+//
+// Authenticated with "Authorization: Bearer <Server.AdminToken>":
+//
+//	GET  /admin/clouds                                 [{name, api_key, url}]
+//	GET  /admin/clouds/{cloud}/faults                  the Faults in force
+//	PUT  /admin/clouds/{cloud}/faults                  replace them (body: Faults)
+//	GET  /admin/clouds/{cloud}/instances               every instance, terminated ones included
+//	POST /admin/clouds/{cloud}/instances/{id}/preempt  preempt a running instance now
+//	GET  /admin/clouds/{cloud}/resources               firewalls and SSH keys
+//	GET  /admin/clouds/{cloud}/stats                   Stats
+//
+// # Time and state
+//
+// Options.Clock (internal/clock) drives every latency, boot, delete, lag
+// and retention, so tests advance a fake clock instead of sleeping; reads
+// apply the transitions that are due at once. With Options.StateFile the
+// whole state is rewritten atomically (temp file, fsync, rename, mode 0600)
+// after every mutation and loaded at start, so a server process outlives
+// its clients and survives its own restart: running instances get new SSH
+// servers (new ports) with the same host keys. The file therefore holds
+// the instances' private host keys, the API keys and the admin token, which
+// is acceptable for a simulator and is why it is 0600. Faults are not
+// persisted: a restarted server injects the configured ones.
+package simcloud

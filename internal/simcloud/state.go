@@ -1,0 +1,141 @@
+package simcloud
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// stateVersion is the version of the state file's format.
+const stateVersion = 1
+
+// stateFile is the whole persisted state. It holds secrets (API keys, the
+// admin token, the instances' private host keys): it is written 0600.
+type stateFile struct {
+	Version    int                    `json:"version"`
+	AdminToken string                 `json:"admin_token"`
+	Clouds     map[string]*cloudState `json:"clouds"`
+}
+
+type cloudState struct {
+	APIKey    string      `json:"api_key"`
+	Counter   int         `json:"counter"`
+	Stats     Stats       `json:"stats"`
+	Instances []*instance `json:"instances"`
+	Firewalls []Firewall  `json:"firewalls"`
+	SSHKeys   []SSHKey    `json:"ssh_keys"`
+}
+
+// load reads opts.StateFile into the clouds configured; a missing file is
+// an empty state. Keys configured in Options win over the persisted ones.
+// Faults are not persisted: a restarted server injects the configured ones.
+func (s *Server) load() error {
+	if s.opts.StateFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(s.opts.StateFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("simcloud: load state: %w", err)
+	}
+	var st stateFile
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("simcloud: load state %s: %w", s.opts.StateFile, err)
+	}
+	if st.Version != stateVersion {
+		return fmt.Errorf("simcloud: state %s has version %d, want %d", s.opts.StateFile, st.Version, stateVersion)
+	}
+	if s.adminToken == "" {
+		s.adminToken = st.AdminToken
+	}
+	for name, cs := range st.Clouds {
+		c := s.clouds[name]
+		if c == nil {
+			s.log.Warn("simcloud: state holds a cloud that is not configured; its instances are dropped", "cloud", name, "instances", len(cs.Instances))
+			continue
+		}
+		if c.apiKey == "" {
+			c.apiKey = cs.APIKey
+		}
+		c.counter = cs.Counter
+		if cs.Stats.Calls != nil {
+			c.stats = cs.Stats.clone()
+		}
+		for _, in := range cs.Instances {
+			c.instances[in.ID] = in
+			if in.Token != "" {
+				c.tokens[in.Token] = in.ID
+			}
+		}
+		for i := range cs.Firewalls {
+			f := cs.Firewalls[i]
+			c.firewalls[firewallKey(f.Region, f.Name)] = &f
+		}
+		for i := range cs.SSHKeys {
+			k := cs.SSHKeys[i]
+			c.sshKeys[k.Name] = &k
+		}
+	}
+	return nil
+}
+
+// save writes the state, logging a failure: the API call that mutated
+// the state has happened either way.
+func (s *Server) save() {
+	if err := s.saveLocked(); err != nil {
+		s.log.Error("simcloud: save state", "err", err)
+	}
+}
+
+// saveLocked writes the whole state atomically (temp file, fsync, rename)
+// with mode 0600. The caller holds s.mu.
+func (s *Server) saveLocked() error {
+	if s.opts.StateFile == "" {
+		return nil
+	}
+	st := stateFile{Version: stateVersion, AdminToken: s.adminToken, Clouds: map[string]*cloudState{}}
+	for name, c := range s.clouds {
+		r := c.resources()
+		cs := &cloudState{APIKey: c.apiKey, Counter: c.counter, Stats: c.stats, Firewalls: r.Firewalls, SSHKeys: r.SSHKeys,
+			Instances: make([]*instance, 0, len(c.instances))}
+		for _, in := range c.instances {
+			cs.Instances = append(cs.Instances, in)
+		}
+		st.Clouds[name] = cs
+	}
+	b, err := json.Marshal(&st)
+	if err != nil {
+		return fmt.Errorf("simcloud: save state: %w", err)
+	}
+	dir := filepath.Dir(s.opts.StateFile)
+	f, err := os.CreateTemp(dir, ".simcloud-state-*")
+	if err != nil {
+		return fmt.Errorf("simcloud: save state: %w", err)
+	}
+	tmp := f.Name()
+	err = f.Chmod(0o600)
+	if err == nil {
+		_, err = f.Write(b)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, s.opts.StateFile)
+	}
+	if err != nil {
+		_ = os.Remove(tmp) // best effort: the temp file is garbage either way
+		return fmt.Errorf("simcloud: save state: %w", err)
+	}
+	return nil
+}
+
+func firewallKey(region, name string) string { return region + "/" + name }

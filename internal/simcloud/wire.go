@@ -1,0 +1,194 @@
+package simcloud
+
+import (
+	"fmt"
+	"time"
+)
+
+// Vendor instance statuses, as the API reports them.
+const (
+	StatusProvisioning = "provisioning"
+	StatusBooting      = "booting"
+	StatusRunning      = "running"
+	StatusFailed       = "failed"
+	StatusStopping     = "stopping"
+	StatusPreempted    = "preempted"
+	StatusTerminated   = "terminated"
+)
+
+// Event types in an instance's history.
+const (
+	EventCreated         = "created"
+	EventBooting         = "booting"
+	EventRunning         = "running"
+	EventBootFailed      = "boot_failed"
+	EventDeleteRequested = "delete_requested"
+	EventPreempted       = "preempted"
+	EventTerminated      = "terminated"
+)
+
+// Instance is an instance as the API returns it.
+type Instance struct {
+	ID            string            `json:"id"`
+	Name          string            `json:"name"`
+	Labels        map[string]string `json:"labels"`
+	OfferID       string            `json:"offer_id"`
+	Region        string            `json:"region"`
+	Zone          string            `json:"zone,omitempty"`
+	InstanceType  string            `json:"instance_type"`
+	GPU           string            `json:"gpu"`
+	GPUCount      int               `json:"gpu_count"`
+	GPUMemoryGB   int               `json:"gpu_memory_gb"`
+	VCPUs         int               `json:"vcpus"`
+	MemoryGB      float64           `json:"memory_gb"`
+	PricePerHour  float64           `json:"price_per_hour"`
+	Spot          bool              `json:"spot"`
+	Status        string            `json:"status"`
+	StatusMessage string            `json:"status_message,omitempty"`
+	// SSH is set while the instance runs with an SSH endpoint.
+	SSH      *SSHInfo `json:"ssh,omitempty"`
+	PublicIP string   `json:"public_ip,omitempty"`
+	// HostKey is the public SSH host key (authorized_keys form).
+	HostKey      string    `json:"host_key,omitempty"`
+	SSHKey       string    `json:"ssh_key,omitempty"`
+	Firewall     string    `json:"firewall,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
+	TerminatedAt time.Time `json:"terminated_at,omitzero"`
+	Events       []Event   `json:"events"`
+}
+
+// SSHInfo is where a running instance answers SSH.
+type SSHInfo struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	User string `json:"user"`
+}
+
+// Event is one entry of an instance's history.
+type Event struct {
+	At      time.Time `json:"at"`
+	Type    string    `json:"type"`
+	Message string    `json:"message,omitempty"`
+}
+
+// Port is a firewall rule: a port number and "tcp" or "udp".
+type Port struct {
+	Number   int    `json:"number"`
+	Protocol string `json:"protocol"`
+}
+
+// Firewall is a regional firewall resource.
+type Firewall struct {
+	Name      string            `json:"name"`
+	Region    string            `json:"region"`
+	Ports     []Port            `json:"ports"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+}
+
+// SSHKey is an account-wide SSH key resource.
+type SSHKey struct {
+	Name       string            `json:"name"`
+	PublicKeys []string          `json:"public_keys"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	CreatedAt  time.Time         `json:"created_at"`
+}
+
+// Resources are a cloud's side resources.
+type Resources struct {
+	Firewalls []Firewall `json:"firewalls"`
+	SSHKeys   []SSHKey   `json:"ssh_keys"`
+}
+
+// Stats count what a cloud's API did. Calls and Errors are keyed by call
+// kind (list_offers, create_instance, list_instances, get_instance,
+// delete_instance, put_firewall, delete_firewall, list_firewalls,
+// put_ssh_key, delete_ssh_key, list_ssh_keys) and by error code.
+type Stats struct {
+	Calls             map[string]int `json:"calls"`
+	Errors            map[string]int `json:"errors"`
+	RateLimited       int            `json:"rate_limited"`       // 429s sent, token bucket and injected
+	Creates           int            `json:"creates"`            // instances created
+	IdempotentReplays int            `json:"idempotent_replays"` // creates answered with an existing instance
+	Deletes           int            `json:"deletes"`            // delete requests that started a deletion
+	LostCreates       int            `json:"lost_creates"`       // creates whose response was lost
+	Timeouts          int            `json:"timeouts"`           // requests held past the client's timeout
+	BootFailures      int            `json:"boot_failures"`
+	Preemptions       int            `json:"preemptions"`
+}
+
+func (s Stats) clone() Stats {
+	c := s
+	c.Calls, c.Errors = map[string]int{}, map[string]int{}
+	for k, v := range s.Calls {
+		c.Calls[k] = v
+	}
+	for k, v := range s.Errors {
+		c.Errors[k] = v
+	}
+	return c
+}
+
+// Error codes of the API; see the package documentation.
+const (
+	CodeInvalidRequest    = "invalid_request"
+	CodeUnauthorized      = "unauthorized"
+	CodeInsufficientFunds = "insufficient_funds"
+	CodeQuotaExceeded     = "quota_exceeded"
+	CodeNotFound          = "not_found"
+	CodeOutOfCapacity     = "out_of_capacity"
+	CodeConflict          = "conflict"
+	CodeRateLimited       = "rate_limited"
+	CodeInternal          = "internal"
+	CodeUnavailable       = "unavailable"
+	CodeTimeout           = "timeout"
+)
+
+// apiError is an error response.
+type apiError struct {
+	status     int
+	code       string
+	message    string
+	retryAfter time.Duration
+	drop       bool // close the connection without a response
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.code, e.message) }
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+type createRequest struct {
+	OfferID          string            `json:"offer_id"`
+	Name             string            `json:"name"`
+	Labels           map[string]string `json:"labels"`
+	UserData         string            `json:"user_data"`
+	IdempotencyToken string            `json:"idempotency_token"`
+	SSHUser          string            `json:"ssh_user"`
+	SSHKey           string            `json:"ssh_key"`
+	Firewall         string            `json:"firewall"`
+}
+
+type firewallRequest struct {
+	Ports  []Port            `json:"ports"`
+	Labels map[string]string `json:"labels"`
+}
+
+type sshKeyRequest struct {
+	PublicKeys []string          `json:"public_keys"`
+	Labels     map[string]string `json:"labels"`
+}
+
+type instanceList struct {
+	Instances  []Instance `json:"instances"`
+	NextCursor string     `json:"next_cursor,omitempty"`
+}

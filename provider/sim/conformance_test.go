@@ -1,0 +1,31 @@
+package sim_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/org/gpuprov/internal/simcloud"
+	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/providertest"
+)
+
+// The sim adapter passes the kit every adapter passes, against the real
+// in-process sim server.
+func TestConformance(t *testing.T) {
+	var e *env
+	providertest.Run(t, providertest.Harness{
+		New: func(t *testing.T) provider.CloudProvider {
+			e = newEnv(t, func(o *simcloud.Options) { o.DisableSSH = true })
+			return e.p
+		},
+		Request:      provider.ResourceRequest{GPU: "H100-80GB", GPUCount: 1},
+		Installation: installation,
+		Settle:       func(t *testing.T) { e.clk.Advance(bootTime + deleteTime + time.Second) },
+		Break: func(t *testing.T, id string) {
+			e.clk.Advance(bootTime + time.Second) // only a running instance can be preempted
+			if err := e.srv.Preempt(cloudName, id); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}

@@ -1,0 +1,223 @@
+package sim
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+
+	"github.com/org/gpuprov/provider"
+)
+
+// offerDetail is Offer.Detail: what Create needs.
+type offerDetail struct {
+	OfferID string `json:"offer_id"`
+}
+
+// prepared is what Prepare returns and Create reads.
+type prepared struct {
+	Region   string `json:"region"`
+	Firewall string `json:"firewall"`
+	SSHKey   string `json:"ssh_key,omitempty"`
+}
+
+// Plan lists the catalog and returns the offers req accepts, in the
+// configured regions when req names none, cheapest first.
+func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provider.Offer, error) {
+	var resp struct {
+		Offers []wireOffer `json:"offers"`
+	}
+	if err := p.do(ctx, call{op: "plan", method: http.MethodGet, path: "offers", out: &resp}); err != nil {
+		return nil, err
+	}
+	r := *req
+	if len(r.Regions) == 0 {
+		r.Regions = p.cfg.Regions
+	}
+	offers := []provider.Offer{}
+	for _, w := range resp.Offers {
+		detail, err := json.Marshal(offerDetail{OfferID: w.ID})
+		if err != nil {
+			return nil, provider.Errorf(provider.Failed, p.name, "plan", "encode offer detail: %w", err)
+		}
+		o := provider.Offer{
+			Provider: p.name, Location: provider.Location{Region: w.Region, Zone: w.Zone},
+			InstanceType: w.InstanceType, GPU: w.GPU, GPUCount: w.GPUCount, GPUMemoryGB: w.GPUMemoryGB,
+			VCPUs: w.VCPUs, MemoryGB: w.MemoryGB, PricePerHour: w.PricePerHour, Spot: w.Spot, Detail: detail,
+		}
+		if g, err := provider.CanonicalGPU(w.GPU); err == nil {
+			o.GPU = g
+		}
+		if r.Accepts(&o) {
+			offers = append(offers, o)
+		}
+	}
+	slices.SortStableFunc(offers, func(a, b provider.Offer) int { return cmp.Compare(a.PricePerHour, b.PricePerHour) })
+	return offers, nil
+}
+
+// Prepare puts the VM's firewall (SSH plus spec.OpenPorts) in the offer's
+// region and, when spec has authorized keys, its SSH key. Both PUTs are
+// idempotent, so a second Prepare adopts what the first made.
+func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
+	name := provider.ResourceName(spec.VM)
+	ports := []wirePort{{Number: 22, Protocol: "tcp"}}
+	for _, pt := range spec.OpenPorts {
+		ports = append(ports, wirePort{Number: pt.Number, Protocol: pt.Protocol})
+	}
+	if err := p.do(ctx, call{op: "prepare", method: http.MethodPut, path: "firewalls/" + url.PathEscape(name),
+		query: url.Values{"region": {offer.Location.Region}},
+		in:    wireFirewall{Ports: ports, Labels: spec.Labels()}}); err != nil {
+		return nil, err
+	}
+	prep := prepared{Region: offer.Location.Region, Firewall: name}
+	if len(spec.AuthorizedKeys) > 0 {
+		if err := p.do(ctx, call{op: "prepare", method: http.MethodPut, path: "ssh-keys/" + url.PathEscape(name),
+			in: wireSSHKey{PublicKeys: spec.AuthorizedKeys, Labels: spec.Labels()}}); err != nil {
+			return nil, err
+		}
+		prep.SSHKey = name
+	}
+	b, err := json.Marshal(prep)
+	if err != nil {
+		return nil, provider.Errorf(provider.Failed, p.name, "prepare", "encode: %w", err)
+	}
+	return b, nil
+}
+
+// Create sends one create request for offer, named and labelled with the
+// VM identity, with the cloud-init user-data (host key, authorized keys)
+// and the idempotency token. A lost answer, a timeout or a 5xx is Transient:
+// the instance may have landed, and Observe finds it by its labels.
+func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
+	var d offerDetail
+	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.OfferID == "" {
+		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "offer has no sim offer id in its detail (%s)", offer.Detail)
+	}
+	var pr prepared
+	if len(prep) > 0 {
+		if err := json.Unmarshal(prep, &pr); err != nil {
+			return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "malformed prepared data: %w", err)
+		}
+	}
+	req := wireCreate{
+		OfferID: d.OfferID, Name: provider.ResourceName(spec.VM), Labels: spec.Labels(),
+		UserData: provider.CloudInit(spec), SSHUser: spec.SSHUser, SSHKey: pr.SSHKey, Firewall: pr.Firewall,
+	}
+	if !p.cfg.NoIdempotencyToken {
+		req.IdempotencyToken = spec.IdempotencyToken
+	}
+	var in wireInstance
+	if err := p.do(ctx, call{op: "create", method: http.MethodPost, path: "instances", in: req, out: &in}); err != nil {
+		return "", err
+	}
+	if in.ID == "" {
+		return "", provider.Errorf(provider.Transient, p.name, "create", "answer carries no instance id")
+	}
+	p.log.Info("sim: created", "provider", p.name, "vm", spec.VM, "instance", in.ID, "offer", d.OfferID)
+	return in.ID, nil
+}
+
+// Observe lists the instances in loc carrying both identity labels of vm,
+// every page, and normalizes their status.
+func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string) ([]provider.Observed, error) {
+	q := url.Values{"label": {provider.LabelVM + "=" + vm, provider.LabelInstallation + "=" + p.installation}}
+	ins, err := p.list(ctx, "observe", loc, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]provider.Observed, 0, len(ins))
+	for _, in := range ins {
+		if in.Labels[provider.LabelVM] == vm && in.Labels[provider.LabelInstallation] == p.installation {
+			out = append(out, observed(in))
+		}
+	}
+	return out, nil
+}
+
+// list pages through GET instances with q in loc.
+func (p *Provider) list(ctx context.Context, op string, loc provider.Location, q url.Values) ([]wireInstance, error) {
+	if loc.Region != "" {
+		q.Set("region", loc.Region)
+	}
+	if loc.Zone != "" {
+		q.Set("zone", loc.Zone)
+	}
+	var all []wireInstance
+	for {
+		var page struct {
+			Instances  []wireInstance `json:"instances"`
+			NextCursor string         `json:"next_cursor"`
+		}
+		if err := p.do(ctx, call{op: op, method: http.MethodGet, path: "instances", query: q, out: &page}); err != nil {
+			return nil, err
+		}
+		all = append(all, page.Instances...)
+		if page.NextCursor == "" {
+			return all, nil
+		}
+		q.Set("cursor", page.NextCursor)
+	}
+}
+
+// observed normalizes a wire instance.
+func observed(in wireInstance) provider.Observed {
+	o := provider.Observed{
+		ID: in.ID, VM: in.Labels[provider.LabelVM], Status: status(in.Status), PublicIP: in.PublicIP,
+		Location: provider.Location{Region: in.Region, Zone: in.Zone}, InstanceType: in.InstanceType,
+		Created: in.CreatedAt, VendorStatus: in.Status,
+	}
+	if o.Status == provider.StatusRunning && in.SSH != nil && in.SSH.Port > 0 {
+		o.SSH = &provider.SSHEndpoint{Host: in.SSH.Host, Port: in.SSH.Port, User: in.SSH.User}
+	}
+	return o
+}
+
+// status maps a vendor status to the normalized one.
+func status(vendor string) provider.InstanceStatus {
+	switch vendor {
+	case "provisioning", "booting":
+		return provider.StatusPending
+	case "running":
+		return provider.StatusRunning
+	case "failed", "preempted":
+		return provider.StatusFailed
+	case "stopping":
+		return provider.StatusStopping
+	case "terminated":
+		return provider.StatusTerminated
+	}
+	return provider.StatusUnknown
+}
+
+// Delete requests the deletion of every id; an unknown id is success. It
+// tries them all and returns the first error.
+func (p *Provider) Delete(ctx context.Context, loc provider.Location, vm string, ids []string) error {
+	var first error
+	for _, id := range ids {
+		err := p.do(ctx, call{op: "delete", method: http.MethodDelete, path: "instances/" + url.PathEscape(id)})
+		if err != nil && !isNotFound(err) && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Cleanup deletes the VM's firewall in loc and its SSH key; what is already
+// gone is success. A firewall still used by an instance that is shutting
+// down is answered 409 conflict, which is Transient.
+func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string) error {
+	name := provider.ResourceName(vm)
+	err := p.do(ctx, call{op: "cleanup", method: http.MethodDelete, path: "firewalls/" + url.PathEscape(name),
+		query: url.Values{"region": {loc.Region}}})
+	if err != nil && !isNotFound(err) {
+		return err
+	}
+	err = p.do(ctx, call{op: "cleanup", method: http.MethodDelete, path: "ssh-keys/" + url.PathEscape(name)})
+	if err != nil && !isNotFound(err) {
+		return err
+	}
+	return nil
+}

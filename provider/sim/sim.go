@@ -1,0 +1,227 @@
+// Package sim is the adapter for the simulated GPU cloud served by
+// internal/simcloud: the cloud gpuprov's demo, tests, benchmarks and chaos
+// runs use. It talks to the server over HTTP exactly as a real REST adapter
+// talks to its cloud, and registers itself under the id "sim":
+//
+//	import _ "github.com/org/gpuprov/provider/sim"
+//
+//	p, err := provider.Build("sim", provider.Settings{Name: "sim-a", Installation: inst, Decode: ...})
+//
+// with a config section such as
+//
+//	endpoint = "http://127.0.0.1:7070"   # the server's URL (required)
+//	api_key  = "simkey-..."              # the cloud's API key (required)
+//	cloud    = "sim-a"                   # the cloud on that server; default: the provider name
+//	regions  = ["us-east"]               # default: every region of the catalog
+//	poll_interval = "500ms"              # also boot_timeout, delete_timeout,
+//	                                     # consistency_window, request_timeout
+//	requests_per_second = 20             # and burst: the core's token bucket
+//	no_idempotency_token = false         # true for a cloud started with IgnoreIdempotencyToken
+//
+// Tests build it with New and a Config pointing at an in-process server.
+//
+// Every API call is a single attempt (go-retryablehttp with RetryMax 0): the
+// core is the only retry layer. errors.go maps each HTTP status and error
+// code to a provider.ErrorKind. The API key is sent as a bearer token and
+// never logged.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/org/gpuprov/provider"
+)
+
+// ID is the id the adapter registers under.
+const ID = "sim"
+
+// Config is a sim cloud account.
+type Config struct {
+	// Endpoint is the server's base URL (http://127.0.0.1:port).
+	Endpoint string
+	// Cloud is the cloud on that server; empty means the provider name.
+	Cloud string
+	// APIKey is the cloud's bearer token. It is never logged.
+	APIKey string
+	// Regions limit Plan and List; empty means every region of the catalog.
+	Regions []string
+	// PollInterval, BootTimeout, DeleteTimeout and ConsistencyWindow are
+	// reported by Capabilities; zero means 500ms, 2m, 1m and 2s.
+	// ConsistencyWindow must cover the server's listing lag.
+	PollInterval      time.Duration
+	BootTimeout       time.Duration
+	DeleteTimeout     time.Duration
+	ConsistencyWindow time.Duration
+	// RequestTimeout bounds each API call; zero means 30s.
+	RequestTimeout time.Duration
+	// RequestsPerSecond and Burst size the core's token bucket for this
+	// account; zero means unlimited.
+	RequestsPerSecond float64
+	Burst             int
+	// NoIdempotencyToken declares that the cloud ignores idempotency
+	// tokens (Capabilities then lists FeatureIdempotencyToken).
+	NoIdempotencyToken bool
+}
+
+// fileConfig is Config as written in a config file, durations as strings.
+type fileConfig struct {
+	Endpoint           string   `toml:"endpoint" json:"endpoint"`
+	Cloud              string   `toml:"cloud" json:"cloud"`
+	APIKey             string   `toml:"api_key" json:"api_key"`
+	Regions            []string `toml:"regions" json:"regions"`
+	PollInterval       string   `toml:"poll_interval" json:"poll_interval"`
+	BootTimeout        string   `toml:"boot_timeout" json:"boot_timeout"`
+	DeleteTimeout      string   `toml:"delete_timeout" json:"delete_timeout"`
+	ConsistencyWindow  string   `toml:"consistency_window" json:"consistency_window"`
+	RequestTimeout     string   `toml:"request_timeout" json:"request_timeout"`
+	RequestsPerSecond  float64  `toml:"requests_per_second" json:"requests_per_second"`
+	Burst              int      `toml:"burst" json:"burst"`
+	NoIdempotencyToken bool     `toml:"no_idempotency_token" json:"no_idempotency_token"`
+}
+
+func (f fileConfig) config() (Config, error) {
+	c := Config{Endpoint: f.Endpoint, Cloud: f.Cloud, APIKey: f.APIKey, Regions: f.Regions,
+		RequestsPerSecond: f.RequestsPerSecond, Burst: f.Burst, NoIdempotencyToken: f.NoIdempotencyToken}
+	for _, d := range []struct {
+		name string
+		in   string
+		out  *time.Duration
+	}{
+		{"poll_interval", f.PollInterval, &c.PollInterval},
+		{"boot_timeout", f.BootTimeout, &c.BootTimeout},
+		{"delete_timeout", f.DeleteTimeout, &c.DeleteTimeout},
+		{"consistency_window", f.ConsistencyWindow, &c.ConsistencyWindow},
+		{"request_timeout", f.RequestTimeout, &c.RequestTimeout},
+	} {
+		if d.in == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.in)
+		if err != nil {
+			return c, fmt.Errorf("%s: %w", d.name, err)
+		}
+		*d.out = v
+	}
+	return c, nil
+}
+
+func init() {
+	provider.Register(ID, func(s provider.Settings) (provider.CloudProvider, error) {
+		var fc fileConfig
+		if err := s.DecodeInto(&fc); err != nil {
+			return nil, fmt.Errorf("sim: config: %w", err)
+		}
+		cfg, err := fc.config()
+		if err != nil {
+			return nil, fmt.Errorf("sim: config: %w", err)
+		}
+		return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
+	})
+}
+
+// Provider is a sim cloud account. It is safe for concurrent use.
+type Provider struct {
+	name         string
+	installation string
+	cfg          Config
+	base         string // Endpoint + /clouds/{cloud}/v1/
+	http         *retryablehttp.Client
+	log          *slog.Logger
+}
+
+// Option configures New.
+type Option func(*Provider)
+
+// WithName sets the provider name (default "sim"), which is also the
+// default cloud.
+func WithName(name string) Option { return func(p *Provider) { p.name = name } }
+
+// WithInstallation sets the installation id every instance is labelled with
+// and every Observe and List filters on.
+func WithInstallation(id string) Option { return func(p *Provider) { p.installation = id } }
+
+// WithHTTPClient sets the HTTP client (default: a pooled client of its own).
+func WithHTTPClient(c *http.Client) Option {
+	return func(p *Provider) { p.http.HTTPClient = c }
+}
+
+// WithLogger sets the logger (default: discard). The API key never reaches it.
+func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
+
+// New returns the provider of cfg. A missing endpoint or API key is an error.
+func New(cfg Config, opts ...Option) (*Provider, error) {
+	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler)}
+	// One attempt per call, the response handed back as is: the core is the
+	// only retry layer, and errors.go classifies every status.
+	p.http = retryablehttp.NewClient()
+	p.http.RetryMax = 0
+	p.http.CheckRetry = func(context.Context, *http.Response, error) (bool, error) { return false, nil }
+	p.http.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	p.http.Logger = nil // it would log URLs to stderr; the adapter logs through slog
+	for _, o := range opts {
+		o(p)
+	}
+	if p.name == "" {
+		p.name = ID
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Endpoint == "" {
+		return nil, fmt.Errorf("sim: endpoint is not set (the simulated cloud server's URL, e.g. http://127.0.0.1:7070)")
+	}
+	if !strings.HasPrefix(cfg.Endpoint, "http://") && !strings.HasPrefix(cfg.Endpoint, "https://") {
+		return nil, fmt.Errorf("sim: endpoint %q is not an http(s) URL", cfg.Endpoint)
+	}
+	if cfg.APIKey == "" {
+		return nil, fmt.Errorf("sim: api_key is not set")
+	}
+	if p.cfg.Cloud == "" {
+		p.cfg.Cloud = p.name
+	}
+	if p.cfg.RequestTimeout <= 0 {
+		p.cfg.RequestTimeout = 30 * time.Second
+	}
+	p.base = strings.TrimRight(cfg.Endpoint, "/") + "/clouds/" + p.cfg.Cloud + "/v1/"
+	return p, nil
+}
+
+// Name returns the provider name.
+func (p *Provider) Name() string { return p.name }
+
+// Capabilities reports the configured timings and rate; the sim supports
+// every feature, and idempotency tokens unless NoIdempotencyToken is set.
+func (p *Provider) Capabilities() provider.Capabilities {
+	c := provider.Capabilities{
+		BootTimeout:       orDefault(p.cfg.BootTimeout, 2*time.Minute),
+		DeleteTimeout:     orDefault(p.cfg.DeleteTimeout, time.Minute),
+		PollInterval:      orDefault(p.cfg.PollInterval, 500*time.Millisecond),
+		ConsistencyWindow: orDefault(p.cfg.ConsistencyWindow, 2*time.Second),
+		RequestsPerSecond: p.cfg.RequestsPerSecond,
+		Burst:             p.cfg.Burst,
+	}
+	if p.cfg.NoIdempotencyToken {
+		c.Unsupported = append(c.Unsupported, provider.FeatureIdempotencyToken)
+	}
+	return c
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+var (
+	_ provider.CloudProvider = (*Provider)(nil)
+	_ provider.Diagnoser     = (*Provider)(nil)
+	_ provider.Lister        = (*Provider)(nil)
+)
