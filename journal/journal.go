@@ -206,6 +206,11 @@ type Step struct {
 	// written by Update (see Acquire, Renew, Release); Update.LeaseExpiry is
 	// refreshed from the stored row.
 	Update *VM
+	// ReleaseLease, with Update, frees the VM's lease in the same write
+	// (after the conditional update succeeds): Owner becomes "" and
+	// LeaseExpiry zero, in the store and in Update. A driver that ends a VM
+	// uses it so that ending and letting go cost one durable write.
+	ReleaseLease bool
 	// Attempts are upserted by (VM, N).
 	Attempts []Attempt
 	// Events are appended; their Seq fields are set.

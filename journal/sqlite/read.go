@@ -1,0 +1,109 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/org/gpuprov/journal"
+)
+
+// GetVM returns the VM named name, or an error wrapping journal.ErrNotFound.
+func (d *DB) GetVM(ctx context.Context, name string) (journal.VM, error) {
+	v, err := scanVM(d.db.QueryRowContext(ctx, "SELECT "+vmCols+" FROM vms WHERE name = ?", name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return journal.VM{}, d.errorf("VM %s: %w", name, journal.ErrNotFound)
+	}
+	if err != nil {
+		return journal.VM{}, d.errorf("get VM %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// ListVMs returns the VMs matching opts, ordered by name. No match is an
+// empty result, not an error.
+func (d *DB) ListVMs(ctx context.Context, opts journal.ListOptions) ([]journal.VM, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if len(opts.States) > 0 {
+		where = append(where, "state IN ("+placeholders(len(opts.States))+")")
+		for _, s := range opts.States {
+			args = append(args, string(s))
+		}
+	}
+	if opts.Cluster != "" {
+		where = append(where, "cluster = ?")
+		args = append(args, opts.Cluster)
+	}
+	q := "SELECT " + vmCols + " FROM vms"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	vms, err := query(ctx, d.db, q+" ORDER BY name", args, scanVM)
+	if err != nil {
+		return nil, d.errorf("list VMs: %w", err)
+	}
+	return vms, nil
+}
+
+// Attempts returns the attempts of the VM named vm, ordered by N; none (and
+// no error) for a VM the journal does not hold.
+func (d *DB) Attempts(ctx context.Context, vm string) ([]journal.Attempt, error) {
+	as, err := query(ctx, d.db, "SELECT "+attemptCols+" FROM attempts WHERE vm = ? ORDER BY n", []any{vm}, scanAttempt)
+	if err != nil {
+		return nil, d.errorf("attempts of VM %s: %w", vm, err)
+	}
+	return as, nil
+}
+
+// Events returns the events matching q in Seq order. A negative Limit is
+// treated as no limit.
+func (d *DB) Events(ctx context.Context, q journal.EventQuery) ([]journal.Event, error) {
+	s := "SELECT " + eventCols + " FROM events WHERE seq > ?"
+	args := []any{q.After}
+	if q.VM != "" {
+		s += " AND vm = ?"
+		args = append(args, q.VM)
+	}
+	s += " ORDER BY seq"
+	if q.Limit > 0 {
+		s += " LIMIT ?"
+		args = append(args, q.Limit)
+	}
+	es, err := query(ctx, d.db, s, args, scanEvent)
+	if err != nil {
+		return nil, d.errorf("events: %w", err)
+	}
+	return es, nil
+}
+
+// Blocks returns the blocks whose Until is after now, ordered by Key.
+func (d *DB) Blocks(ctx context.Context, now time.Time) ([]journal.Block, error) {
+	bs, err := query(ctx, d.db, "SELECT "+blockCols+" FROM blocks WHERE until > ? ORDER BY key", []any{cmpTime(now)}, scanBlock)
+	if err != nil {
+		return nil, d.errorf("blocks: %w", err)
+	}
+	return bs, nil
+}
+
+// query runs q and scans every row with scan.
+func query[T any](ctx context.Context, db *sql.DB, q string, args []any, scan func(scanner) (T, error)) ([]T, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,275 @@
+package sqlite
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// metaTable names the table that marks a database as a gpuprov journal. It
+// holds the schema version and the installation id.
+const metaTable = "gpuprov_meta"
+
+// applicationID is written to the SQLite header (PRAGMA application_id) of
+// every journal: "gprv" in ASCII. A database carrying another non-zero id
+// belongs to another program.
+const applicationID = 0x67707276
+
+// migrations bring the schema from version i to i+1; the schema version of a
+// journal is the number of migrations applied. Append only: a released
+// migration never changes.
+var migrations = []string{
+	// 1: the first schema.
+	`CREATE TABLE vms (
+		name            TEXT PRIMARY KEY,
+		id              TEXT NOT NULL,
+		cluster         TEXT NOT NULL,
+		request         TEXT,
+		state           TEXT NOT NULL,
+		phase           TEXT NOT NULL,
+		attempt         INTEGER NOT NULL,
+		provider        TEXT NOT NULL,
+		region          TEXT NOT NULL,
+		zone            TEXT NOT NULL,
+		offer           TEXT,
+		price_per_hour  REAL NOT NULL,
+		instance_id     TEXT NOT NULL,
+		ssh_host        TEXT NOT NULL,
+		ssh_port        INTEGER NOT NULL,
+		ssh_user        TEXT NOT NULL,
+		host_key        TEXT NOT NULL,
+		deadline        INTEGER,
+		last_error      TEXT NOT NULL,
+		last_error_kind TEXT NOT NULL,
+		owner           TEXT NOT NULL,
+		lease_expiry    INTEGER,
+		version         INTEGER NOT NULL,
+		created_at      INTEGER,
+		updated_at      INTEGER,
+		ready_at        INTEGER,
+		ended_at        INTEGER
+	) STRICT;
+	CREATE INDEX vms_state ON vms (state);
+	CREATE INDEX vms_cluster ON vms (cluster);
+	CREATE TABLE attempts (
+		vm           TEXT NOT NULL REFERENCES vms (name),
+		n            INTEGER NOT NULL,
+		provider     TEXT NOT NULL,
+		region       TEXT NOT NULL,
+		zone         TEXT NOT NULL,
+		offer_key    TEXT NOT NULL,
+		offer        TEXT,
+		state        TEXT NOT NULL,
+		phase        TEXT NOT NULL,
+		token        TEXT NOT NULL,
+		prepared     TEXT,
+		instance_ids TEXT,
+		host_key     TEXT NOT NULL,
+		create_sent  INTEGER,
+		cleaned_up   INTEGER NOT NULL,
+		error        TEXT NOT NULL,
+		error_kind   TEXT NOT NULL,
+		started_at   INTEGER,
+		ended_at     INTEGER,
+		PRIMARY KEY (vm, n)
+	) STRICT;
+	CREATE TABLE events (
+		seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+		time        INTEGER,
+		vm          TEXT NOT NULL,
+		attempt     INTEGER NOT NULL,
+		type        TEXT NOT NULL,
+		phase       TEXT NOT NULL,
+		provider    TEXT NOT NULL,
+		region      TEXT NOT NULL,
+		zone        TEXT NOT NULL,
+		instance_id TEXT NOT NULL,
+		error_kind  TEXT NOT NULL,
+		message     TEXT NOT NULL,
+		owner       TEXT NOT NULL
+	) STRICT;
+	CREATE INDEX events_vm ON events (vm, seq);
+	CREATE TABLE blocks (
+		key        TEXT PRIMARY KEY,
+		scope      TEXT NOT NULL,
+		provider   TEXT NOT NULL,
+		error_kind TEXT NOT NULL,
+		reason     TEXT NOT NULL,
+		until      INTEGER,
+		created_at INTEGER
+	) STRICT;
+	CREATE INDEX blocks_until ON blocks (until);`,
+}
+
+// schemaVersion is the schema version this package writes and the newest it
+// can open. A journal with a newer version is refused, never downgraded.
+var schemaVersion = len(migrations)
+
+// inspect reads, without writing anything, what an existing database is:
+// its schema version if it is a gpuprov journal (0 for a database with no
+// tables, ready to become one), or an error saying why it is not one.
+func inspect(ctx context.Context, db *sql.DB) (int, error) {
+	v, _, err := classify(ctx, db)
+	return v, err
+}
+
+// classify reads what the database q reads is: whether it has the meta
+// table, and its schema version (0 without one). A database of another
+// program, and a journal newer than this code, are errors. migrate runs it
+// again inside its write transaction, so the verdict holds for what it
+// writes.
+func classify(ctx context.Context, q queryer) (version int, hasMeta bool, err error) {
+	var appID int64
+	if err := q.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
+		return 0, false, unreadable(err)
+	}
+	rows, err := q.QueryContext(ctx, "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name")
+	if err != nil {
+		return 0, false, unreadable(err)
+	}
+	var tables []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			_ = rows.Close() // the Scan error is the one to report
+			return 0, false, unreadable(err)
+		}
+		tables = append(tables, name)
+		hasMeta = hasMeta || name == metaTable
+	}
+	if err := rows.Close(); err != nil {
+		return 0, false, unreadable(err)
+	}
+	if appID != 0 && appID != applicationID {
+		return 0, false, fmt.Errorf("%w: a SQLite database of another program (application_id %#x)", ErrNotJournal, appID)
+	}
+	if !hasMeta {
+		if len(tables) > 0 {
+			return 0, false, fmt.Errorf("%w: a SQLite database with tables %q and no %s table", ErrNotJournal, tables, metaTable)
+		}
+		return 0, false, nil
+	}
+	v, err := readVersion(ctx, q)
+	if err != nil {
+		return 0, false, err
+	}
+	if v > schemaVersion {
+		return 0, false, fmt.Errorf("%w: schema version %d, this gpuprov knows up to %d; upgrade gpuprov", ErrNewerSchema, v, schemaVersion)
+	}
+	return v, true, nil
+}
+
+// unreadable describes an error reading an existing file as a database:
+// SQLite's "not a database" and "malformed" are ErrNotDatabase.
+func unreadable(err error) error {
+	var se *msqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT:
+			return fmt.Errorf("%w (SQLite cannot read it: %v)", ErrNotDatabase, err)
+		case sqlite3.SQLITE_CANTOPEN:
+			return fmt.Errorf("cannot open it: %w", err)
+		}
+	}
+	return fmt.Errorf("cannot read it as a SQLite database: %w", err)
+}
+
+// queryer is what classify needs of a *sql.DB or *sql.Tx.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// readVersion returns the schema version stored in the meta table.
+func readVersion(ctx context.Context, q queryer) (int, error) {
+	var s string
+	err := q.QueryRowContext(ctx, "SELECT value FROM "+metaTable+" WHERE key = 'schema_version'").Scan(&s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: reading its schema version: %v", ErrNotJournal, err)
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%w: its schema version %q is not a number", ErrNotJournal, s)
+	}
+	return v, nil
+}
+
+// migrate brings the schema up to schemaVersion in one transaction and
+// returns the installation id, creating it with the first migration. Two
+// processes migrating one new file at once serialize on the write lock; the
+// second finds the work done.
+func migrate(ctx context.Context, conn *sql.Conn) (string, error) {
+	tx, err := conn.BeginTx(ctx, nil) // BEGIN IMMEDIATE (see dsn)
+	if err != nil {
+		return "", fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback() // a no-op after Commit; on the error paths, the error returned says more
+	v, hasMeta, err := classify(ctx, tx)
+	if err != nil {
+		return "", err
+	}
+	if !hasMeta {
+		id, err := newInstallation()
+		if err != nil {
+			return "", fmt.Errorf("migrate: %w", err)
+		}
+		stmts := []string{
+			"PRAGMA application_id = " + strconv.Itoa(applicationID),
+			"CREATE TABLE " + metaTable + " (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT",
+			"INSERT INTO " + metaTable + " (key, value) VALUES ('schema_version', '0'), ('installation', '" + id + "')",
+		}
+		for _, s := range stmts {
+			if _, err := tx.ExecContext(ctx, s); err != nil {
+				return "", fmt.Errorf("migrate: create %s: %w", metaTable, err)
+			}
+		}
+	}
+	for ; v < schemaVersion; v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			return "", fmt.Errorf("migrate to schema version %d: %w", v+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE "+metaTable+" SET value = ? WHERE key = 'schema_version'", strconv.Itoa(v+1)); err != nil {
+			return "", fmt.Errorf("migrate to schema version %d: %w", v+1, err)
+		}
+	}
+	var id string
+	if err := tx.QueryRowContext(ctx, "SELECT value FROM "+metaTable+" WHERE key = 'installation'").Scan(&id); err != nil {
+		return "", fmt.Errorf("%w: reading its installation id: %v", ErrNotJournal, err)
+	}
+	if id == "" {
+		return "", fmt.Errorf("%w: its installation id is empty", ErrNotJournal)
+	}
+	if err := tx.Commit(); err != nil {
+		return "", fmt.Errorf("migrate: commit: %w", err)
+	}
+	return id, nil
+}
+
+// newInstallation returns a random installation id: 16 hex digits.
+func newInstallation() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("installation id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// Errors Open returns (wrapped, naming the file) for files it refuses.
+var (
+	// ErrNotDatabase: the file is not a SQLite database (its header is not
+	// SQLite's). The file was not modified.
+	ErrNotDatabase = errors.New("not a SQLite database")
+	// ErrNotJournal: the file is a SQLite database but not a gpuprov
+	// journal. The file was not modified.
+	ErrNotJournal = errors.New("not a gpuprov journal")
+	// ErrNewerSchema: the journal was written by a newer gpuprov, whose
+	// schema this one does not know. The file was not modified.
+	ErrNewerSchema = errors.New("journal schema is newer than this gpuprov")
+)

@@ -1,0 +1,79 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"testing"
+)
+
+// rawDB opens path through the bare driver with the journal's DSN, as a
+// journal connection would, without Open's checks, and runs stmts.
+func rawDB(t *testing.T, path string, stmts ...string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for _, s := range stmts {
+		if _, err := db.Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	return db
+}
+
+// TestMigrate: migrate upgrades an older journal keeping its installation
+// id, and itself refuses (inside its write transaction, writing nothing) a
+// database of another program and a newer journal, whatever Open's
+// read-only look saw before.
+func TestMigrate(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		setup []string
+		want  error
+	}{
+		{"from version 0", []string{
+			"CREATE TABLE gpuprov_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT",
+			"INSERT INTO gpuprov_meta VALUES ('schema_version', '0'), ('installation', 'feedc0de00000001')",
+		}, nil},
+		{"another program's tables", []string{"CREATE TABLE users (id INTEGER)"}, ErrNotJournal},
+		{"newer journal", []string{
+			"CREATE TABLE gpuprov_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT",
+			"INSERT INTO gpuprov_meta VALUES ('schema_version', '99'), ('installation', 'feedc0de00000001')",
+		}, ErrNewerSchema},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := rawDB(t, filepath.Join(t.TempDir(), "journal.db"), tc.setup...)
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := migrate(ctx, conn)
+			conn.Close()
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("migrate: %q, %v; want %v", id, err, tc.want)
+			}
+			var tables int
+			if err := db.QueryRow("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN ('vms', 'attempts', 'events', 'blocks')").Scan(&tables); err != nil {
+				t.Fatal(err)
+			}
+			if tc.want != nil {
+				if tables != 0 {
+					t.Errorf("refused migrate created %d tables", tables)
+				}
+				return
+			}
+			if id != "feedc0de00000001" || tables != 4 {
+				t.Errorf("migrate from version 0: installation %q, %d of 4 tables; want feedc0de00000001, all", id, tables)
+			}
+			v, err := readVersion(ctx, db)
+			if err != nil || v != schemaVersion {
+				t.Errorf("schema version after migrate: %d, %v; want %d", v, err, schemaVersion)
+			}
+		})
+	}
+}
