@@ -1,0 +1,351 @@
+package gpuprov
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
+)
+
+// tokenNamespace is the UUIDv5 namespace of create idempotency tokens.
+var tokenNamespace = uuid.MustParse("6f1c2d0e-9a4b-5c3d-8e7f-0a1b2c3d4e5f")
+
+func tokenFor(installation, vmID string, attempt int) string {
+	return uuid.NewSHA1(tokenNamespace, fmt.Appendf(nil, "%s/%s/%d", installation, vmID, attempt)).String()
+}
+
+// runAttempt takes attempt a from its journaled phase to ready. resumed says
+// the attempt was taken over from the journal (after a crash), so a create
+// phase must observe before it sends anything.
+func (d *driver) runAttempt(ctx context.Context, a *journal.Attempt, resumed bool) error {
+	pp, ok := d.p.providers[a.Provider]
+	if !ok {
+		return provider.Errorf(provider.Credentials, a.Provider, "attempt", "provider %q is not configured in this process", a.Provider)
+	}
+	var offer provider.Offer
+	if err := json.Unmarshal(a.Offer, &offer); err != nil {
+		return fmt.Errorf("gpuprov: journaled offer of attempt %d does not parse: %w", a.N, err)
+	}
+	for {
+		var err error
+		switch a.Phase {
+		case PhasePrepare:
+			err = d.prepare(ctx, pp, &offer, a)
+		case PhaseCreate:
+			err = d.create(ctx, pp, &offer, a, resumed)
+		case PhaseBoot:
+			err = d.boot(ctx, pp, a)
+		case PhaseConnect, PhaseBootstrap, PhaseJoin:
+			err = d.nodePhases(ctx, a)
+		case "":
+			return nil
+		default:
+			return fmt.Errorf("gpuprov: attempt %d has unknown phase %q", a.N, a.Phase)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// setPhase moves the attempt and the VM to phase in one journal step.
+func (d *driver) setPhase(ctx context.Context, a *journal.Attempt, phase string, extra ...journal.Event) error {
+	a.Phase, d.row.Phase = phase, phase
+	evs := append([]journal.Event{d.event(EvPhase, a, phase)}, extra...)
+	return d.commit(ctx, &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a}, Events: evs})
+}
+
+func (d *driver) spec(a *journal.Attempt) *provider.InstanceSpec {
+	return &provider.InstanceSpec{
+		VM: d.row.Name, Installation: d.p.j.Installation(), Attempt: a.N, IdempotencyToken: a.Token,
+		SSHUser: firstNonEmpty(d.req.SSHUser, d.p.sshUser), AuthorizedKeys: d.p.authKeys,
+		HostKey: d.hostKeys[a.N], OpenPorts: d.req.OpenPorts, Image: d.req.Image,
+	}
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// prepare runs Prepare and journals its result together with the intent to
+// create (phase create, the time the create is sent, the host key to pin).
+func (d *driver) prepare(ctx context.Context, pp *paced, o *provider.Offer, a *journal.Attempt) error {
+	var prepared json.RawMessage
+	err := d.retry(ctx, pp, a, "prepare", func(ctx context.Context) error {
+		var err error
+		prepared, err = pp.Prepare(ctx, o, d.spec(a))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	a.Prepared = prepared
+	if err := d.newHostKey(pp, a); err != nil {
+		return err
+	}
+	a.CreateSent = d.now()
+	a.Phase = PhaseCreate
+	return d.setPhase(ctx, a, PhaseCreate, d.event(EvCreateSent, a, "token "+a.Token))
+}
+
+// newHostKey generates the attempt's host key where the cloud takes
+// user-data; the public half is journaled (pinned), the private half only
+// goes into user-data.
+func (d *driver) newHostKey(pp *paced, a *journal.Attempt) error {
+	if !d.p.hostKeys || !pp.caps.Supports(provider.FeatureUserData) {
+		return nil
+	}
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return fmt.Errorf("gpuprov: generating host key: %w", err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "gpuprov host key "+d.row.Name)
+	if err != nil {
+		return fmt.Errorf("gpuprov: encoding host key: %w", err)
+	}
+	sp, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		return fmt.Errorf("gpuprov: encoding host key: %w", err)
+	}
+	hk := &provider.HostKey{PrivatePEM: string(pemEncode(block)), Public: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp)))}
+	d.hostKeys[a.N] = hk
+	a.HostKey = hk.Public
+	return nil
+}
+
+// create sends the create, resolving every ambiguous outcome by observing:
+// a retried or resumed create first looks for what landed (waiting out the
+// cloud's listing lag) and adopts it; only when nothing is there is the
+// create sent again, with the same idempotency token.
+func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *journal.Attempt, resumed bool) error {
+	observeFirst := resumed
+	for n := 0; ; n++ {
+		if observeFirst {
+			inst, err := d.findLanded(ctx, pp, a)
+			if err != nil {
+				return err
+			}
+			if inst != nil {
+				return d.recordInstance(ctx, a, inst.ID, EvAdopted)
+			}
+			if d.hostKeys[a.N] == nil && a.HostKey != "" {
+				// The private half died with the process that made it.
+				if err := d.newHostKey(pp, a); err != nil {
+					return err
+				}
+			}
+			a.CreateSent = d.now()
+			if err := d.commit(ctx, &journal.Step{Attempts: []journal.Attempt{*a},
+				Events: []journal.Event{d.event(EvCreateSent, a, "resend after observing nothing; token "+a.Token)}}); err != nil {
+				return err
+			}
+		}
+		if err := pp.wait(ctx); err != nil {
+			return err
+		}
+		id, err := pp.Create(ctx, o, a.Prepared, d.spec(a))
+		pp.note(err)
+		if err == nil {
+			return d.recordInstance(ctx, a, id, EvCreated)
+		}
+		if provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil {
+			return err
+		}
+		if err := d.backoff(ctx, a, "create", n, err); err != nil {
+			return err
+		}
+		observeFirst = true
+	}
+}
+
+// recordInstance journals the instance id and moves the attempt to boot.
+func (d *driver) recordInstance(ctx context.Context, a *journal.Attempt, id, how string) error {
+	if !slices.Contains(a.InstanceIDs, id) {
+		a.InstanceIDs = append([]string{id}, a.InstanceIDs...)
+	}
+	d.row.InstanceID = id
+	e := d.event(how, a, id)
+	e.InstanceID = id
+	return d.setPhase(ctx, a, PhaseBoot, e)
+}
+
+// findLanded observes until an instance of the VM appears or the cloud's
+// consistency window since the last create has passed.
+func (d *driver) findLanded(ctx context.Context, pp *paced, a *journal.Attempt) (*provider.Observed, error) {
+	for {
+		obs, err := d.observe(ctx, pp, a)
+		if err == nil {
+			if best := pickInstance(obs, a.InstanceIDs); best != nil {
+				return best, nil
+			}
+		} else if provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil {
+			return nil, err
+		}
+		left := a.CreateSent.Add(pp.caps.ConsistencyWindow).Sub(d.now())
+		if left <= 0 {
+			return nil, nil
+		}
+		if err := d.p.clock.Sleep(ctx, min(left, pp.caps.PollInterval)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (d *driver) observe(ctx context.Context, pp *paced, a *journal.Attempt) ([]provider.Observed, error) {
+	if err := pp.wait(ctx); err != nil {
+		return nil, err
+	}
+	obs, err := pp.Observe(ctx, provider.Location{Region: a.Region, Zone: a.Zone}, d.row.Name)
+	pp.note(err)
+	return obs, err
+}
+
+// pickInstance chooses the instance to keep among those observed: a known id
+// that is not broken, else the healthiest, oldest one.
+func pickInstance(obs []provider.Observed, known []string) *provider.Observed {
+	if len(obs) == 0 {
+		return nil
+	}
+	rank := func(o *provider.Observed) int {
+		r := 0
+		switch o.Status {
+		case provider.StatusRunning:
+			r = 0
+		case provider.StatusPending, provider.StatusUnknown:
+			r = 1
+		default:
+			r = 2
+		}
+		if !slices.Contains(known, o.ID) {
+			r += 3
+		}
+		return r
+	}
+	best := &obs[0]
+	for i := 1; i < len(obs); i++ {
+		o := &obs[i]
+		if rank(o) < rank(best) || (rank(o) == rank(best) && o.Created.Before(best.Created)) {
+			best = o
+		}
+	}
+	return best
+}
+
+// boot polls Observe until the instance runs with an SSH endpoint, within
+// the provider's BootTimeout counted from the create.
+func (d *driver) boot(ctx context.Context, pp *paced, a *journal.Attempt) error {
+	bootEnd := a.CreateSent.Add(pp.caps.BootTimeout)
+	for {
+		obs, err := d.observe(ctx, pp, a)
+		if err != nil && (provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil) {
+			return err
+		}
+		if err == nil {
+			inst := pickInstance(obs, a.InstanceIDs)
+			if err := d.removeDuplicates(ctx, pp, a, obs, inst); err != nil {
+				return err
+			}
+			switch {
+			case inst == nil:
+				if d.now().Sub(a.CreateSent) > pp.caps.ConsistencyWindow {
+					return provider.Errorf(provider.Failed, a.Provider, "boot", "instance %s disappeared while booting", d.row.InstanceID)
+				}
+			case inst.ID != d.row.InstanceID:
+				if err := d.recordInstance(ctx, a, inst.ID, EvAdopted); err != nil {
+					return err
+				}
+				continue
+			case inst.Status == provider.StatusRunning && inst.SSH != nil:
+				d.row.SSHHost, d.row.SSHPort, d.row.SSHUser = inst.SSH.Host, inst.SSH.Port, inst.SSH.User
+				d.row.HostKey = a.HostKey
+				if next := d.afterBoot(); next != "" {
+					return d.setPhase(ctx, a, next)
+				}
+				return d.ready(ctx, a)
+			case inst.Status == provider.StatusFailed:
+				return provider.Errorf(provider.Failed, a.Provider, "boot", "instance %s failed while booting (vendor status %q)", inst.ID, inst.VendorStatus)
+			case inst.Status == provider.StatusStopping || inst.Status == provider.StatusTerminated:
+				return provider.Errorf(provider.Failed, a.Provider, "boot", "instance %s stopped while booting (vendor status %q)", inst.ID, inst.VendorStatus)
+			}
+		}
+		left := bootEnd.Sub(d.now())
+		if left <= 0 {
+			return provider.Errorf(provider.Failed, a.Provider, "boot", "instance %s not running with SSH after %v", d.row.InstanceID, pp.caps.BootTimeout)
+		}
+		if err := d.p.clock.Sleep(ctx, min(left, pp.caps.PollInterval)); err != nil {
+			return err
+		}
+	}
+}
+
+// removeDuplicates deletes every observed instance of the VM but keep.
+func (d *driver) removeDuplicates(ctx context.Context, pp *paced, a *journal.Attempt, obs []provider.Observed, keep *provider.Observed) error {
+	var dups []string
+	for _, o := range obs {
+		if keep != nil && o.ID != keep.ID && o.Status != provider.StatusStopping {
+			dups = append(dups, o.ID)
+		}
+	}
+	if len(dups) == 0 {
+		return nil
+	}
+	for _, id := range dups {
+		if !slices.Contains(a.InstanceIDs, id) {
+			a.InstanceIDs = append(a.InstanceIDs, id)
+		}
+	}
+	// Write-ahead: the duplicate ids are journaled before they are deleted.
+	if err := d.commit(ctx, &journal.Step{Attempts: []journal.Attempt{*a},
+		Events: []journal.Event{d.event(EvDuplicate, a, "deleting "+strings.Join(dups, ","))}}); err != nil {
+		return err
+	}
+	return d.retry(ctx, pp, a, "delete duplicates", func(ctx context.Context) error {
+		return pp.Delete(ctx, provider.Location{Region: a.Region, Zone: a.Zone}, d.row.Name, dups)
+	})
+}
+
+// retry runs a provider call, retrying transient errors with backoff until
+// ctx ends.
+func (d *driver) retry(ctx context.Context, pp *paced, a *journal.Attempt, op string, f func(context.Context) error) error {
+	for n := 0; ; n++ {
+		if err := pp.wait(ctx); err != nil {
+			return err
+		}
+		err := f(ctx)
+		pp.note(err)
+		if err == nil || provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil {
+			return err
+		}
+		if err := d.backoff(ctx, a, op, n, err); err != nil {
+			return err
+		}
+	}
+}
+
+// backoff waits before retry n of op after a transient error, and says so.
+func (d *driver) backoff(ctx context.Context, a *journal.Attempt, op string, n int, cause error) error {
+	wait := d.p.backoff.Delay(n, provider.RetryAfterOf(cause))
+	e := d.event(EvRetry, a, fmt.Sprintf("%s: %v; retry %d in %v", op, cause, n+1, wait.Round(time.Millisecond)))
+	e.ErrorKind, e.VM, e.Time, e.Owner = provider.Transient.String(), d.row.Name, d.now(), d.p.owner
+	d.p.emit([]journal.Event{e}) // retries are not journaled: they change no state
+	if err := d.p.clock.Sleep(ctx, wait); err != nil {
+		return errors.Join(err, cause)
+	}
+	return nil
+}

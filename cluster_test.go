@@ -1,0 +1,269 @@
+package gpuprov_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
+	pt "github.com/org/gpuprov/provider/providertest"
+)
+
+// fakeNodes is a Connector, Bootstrapper and Joiner that records what each
+// node was asked to do.
+type fakeNodes struct {
+	mu       sync.Mutex
+	log      []string
+	hostKey  string
+	failBoot map[string]bool // VM → bootstrap fails
+	failConn map[string]int  // VM → connect failures left
+	served   []string
+	joined   map[string]string // agent → server
+}
+
+func newFakeNodes() *fakeNodes {
+	return &fakeNodes{hostKey: "ssh-ed25519 AAAAfake", failBoot: map[string]bool{}, failConn: map[string]int{}, joined: map[string]string{}}
+}
+
+type fakeConn struct {
+	n   *fakeNodes
+	vm  string
+	key string
+}
+
+func (c *fakeConn) Run(ctx context.Context, cmd string) ([]byte, []byte, error) {
+	c.n.record(c.vm, "run "+cmd)
+	return nil, nil, nil
+}
+func (c *fakeConn) WriteFile(ctx context.Context, path string, b []byte, m fs.FileMode) error {
+	c.n.record(c.vm, "write "+path)
+	return nil
+}
+func (c *fakeConn) HostKey() string { return c.key }
+func (c *fakeConn) Close() error    { return nil }
+
+func (n *fakeNodes) record(vm, s string) {
+	n.mu.Lock()
+	n.log = append(n.log, vm+": "+s)
+	n.mu.Unlock()
+}
+
+func (n *fakeNodes) Connect(ctx context.Context, node gpuprov.Node) (gpuprov.Conn, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.failConn[node.VM] > 0 {
+		n.failConn[node.VM]--
+		return nil, errors.New("connection refused")
+	}
+	n.log = append(n.log, node.VM+": connect "+node.SSH.Address())
+	// The key the node presents: the injected one where gpuprov injected
+	// one (cloud-init installed it), else the image's own.
+	key := node.HostKey
+	if key == "" {
+		key = n.hostKey
+	}
+	return &fakeConn{n: n, vm: node.VM, key: key}, nil
+}
+
+func (n *fakeNodes) Bootstrap(ctx context.Context, node gpuprov.Node, c gpuprov.Conn) error {
+	if n.failBoot[node.VM] {
+		return errors.New("apt-get: exit status 100")
+	}
+	_, _, err := c.Run(ctx, "bootstrap")
+	return err
+}
+
+func (n *fakeNodes) Serve(ctx context.Context, node gpuprov.Node, c gpuprov.Conn) (gpuprov.JoinInfo, error) {
+	n.mu.Lock()
+	n.served = append(n.served, node.VM)
+	n.mu.Unlock()
+	return gpuprov.JoinInfo{URL: "https://" + node.SSH.Host + ":6443", Token: "K10secret", Kubeconfig: []byte("kubeconfig of " + node.VM)}, nil
+}
+
+func (n *fakeNodes) Join(ctx context.Context, s gpuprov.JoinInfo, node gpuprov.Node, c gpuprov.Conn) error {
+	n.mu.Lock()
+	n.joined[node.VM] = s.Server.VM
+	n.mu.Unlock()
+	return nil
+}
+
+func TestLaunchClusterElectsOneServerAndJoinsTheRest(t *testing.T) {
+	fn := newFakeNodes()
+	e := newEnv(t, gpuprov.WithConnector(fn), gpuprov.WithBootstrapper(fn), gpuprov.WithJoiner(fn))
+	// Node 2's first offer is out of stock: it is replaced by failover.
+	e.fake("a").Script(&pt.Rule{Op: pt.OpCreate, Match: func(c *pt.Call) bool { return c.VM == "gpu-2" }, Err: pe(provider.Capacity, "none"), Times: 1})
+	cl, err := e.p.LaunchCluster(context.Background(), gpuprov.ClusterRequest{Name: "gpu", Nodes: 3, Node: h100("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fn.served) != 1 || cl.Server != fn.served[0] {
+		t.Fatalf("served by %v, cluster says %q", fn.served, cl.Server)
+	}
+	if len(fn.joined) != 2 {
+		t.Fatalf("joined %v", fn.joined)
+	}
+	for agent, server := range fn.joined {
+		if server != cl.Server || agent == cl.Server {
+			t.Fatalf("agent %s joined %s (server %s)", agent, server, cl.Server)
+		}
+	}
+	if string(cl.Kubeconfig) != "kubeconfig of "+cl.Server {
+		t.Fatalf("kubeconfig %q", cl.Kubeconfig)
+	}
+	for _, v := range cl.Nodes {
+		if v.State != gpuprov.StateReady || v.Cluster != "gpu" || !strings.HasPrefix(v.HostKey, "ssh-ed25519 ") || v.HostKey == fn.hostKey {
+			t.Fatalf("node %+v", v)
+		}
+		e.assertClean(v.Name)
+	}
+	// The token never reached the journal.
+	evs, _ := e.j.Events(context.Background(), journal.EventQuery{})
+	for _, ev := range evs {
+		if strings.Contains(ev.Message, "K10secret") {
+			t.Fatalf("join token journaled in %+v", ev)
+		}
+	}
+}
+
+func TestClusterAllOrNothing(t *testing.T) {
+	fn := newFakeNodes()
+	fn.failBoot["pair-1"] = true
+	e := newEnv(t, gpuprov.WithConnector(fn), gpuprov.WithBootstrapper(fn), gpuprov.WithJoiner(fn))
+	cl, err := e.p.LaunchCluster(context.Background(), gpuprov.ClusterRequest{Name: "pair", Nodes: 2, Node: h100("")})
+	if err == nil || !strings.Contains(err.Error(), "1 of 2 nodes ready") {
+		t.Fatalf("err %v", err)
+	}
+	if _, ok := cl.Errors["pair-1"]; !ok {
+		t.Fatalf("errors %v", cl.Errors)
+	}
+	for _, name := range []string{"pair-0", "pair-1"} {
+		row := e.assertClean(name)
+		if row.State == journal.StateReady {
+			t.Fatalf("%s still ready after an all-or-nothing failure", name)
+		}
+	}
+	// With a minimum of one, the same failure keeps the good node.
+	fn2 := newFakeNodes()
+	fn2.failBoot["min-1"] = true
+	e2 := newEnv(t, gpuprov.WithConnector(fn2), gpuprov.WithBootstrapper(fn2), gpuprov.WithJoiner(fn2))
+	cl, err = e2.p.LaunchCluster(context.Background(), gpuprov.ClusterRequest{Name: "min", Nodes: 2, MinNodes: 1, Node: h100("")})
+	if err != nil || cl.Nodes[0].State != gpuprov.StateReady {
+		t.Fatalf("min 1: %v %+v", err, cl)
+	}
+}
+
+// Where the cloud takes no user-data, the first contact's key is pinned.
+func TestHostKeyPinnedOnFirstContactWithoutUserData(t *testing.T) {
+	fn := newFakeNodes()
+	e := newEnv(t, gpuprov.WithConnector(fn))
+	for _, f := range e.fakes {
+		f.Caps.Unsupported = []provider.Feature{provider.FeatureUserData}
+	}
+	p := e.provisioner(e.j, gpuprov.WithConnector(fn))
+	vm, err := p.Launch(context.Background(), h100("tofu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vm.HostKey != fn.hostKey {
+		t.Fatalf("pinned %q, want the key seen on first contact", vm.HostKey)
+	}
+	if !slices.Contains(e.eventTypes("tofu"), gpuprov.EvHostKeyPinned) {
+		t.Fatalf("events %v", e.eventTypes("tofu"))
+	}
+}
+
+func TestConnectFailureFailsOverBootstrapFailureAborts(t *testing.T) {
+	fn := newFakeNodes()
+	fn.failConn["flaky"] = 1
+	e := newEnv(t, gpuprov.WithConnector(fn), gpuprov.WithPhaseTimeouts(time.Minute, time.Minute))
+	vm, err := e.p.Launch(context.Background(), h100("flaky"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vm.Location.Zone != "us-east-1b" {
+		t.Fatalf("after a failed connect the next offer should be used, got %s", vm.Location.Zone)
+	}
+	if bs, _ := e.j.Blocks(context.Background(), e.clk.Now()); len(bs) != 0 {
+		t.Fatalf("a connect failure must not block the offer: %+v", bs)
+	}
+	e.assertClean("flaky")
+
+	fn.failBoot["broken"] = true
+	p := e.provisioner(e.j, gpuprov.WithConnector(fn), gpuprov.WithBootstrapper(fn))
+	_, err = p.Launch(context.Background(), h100("broken"))
+	if !errors.Is(err, gpuprov.ErrAborted) || !strings.Contains(err.Error(), "exit status 100") {
+		t.Fatalf("err %v", err)
+	}
+	if n := len(e.fake("a").Calls(pt.OpCreate)); n != 3 {
+		t.Fatalf("a failing bootstrap must not be retried on other offers (%d creates in all)", n)
+	}
+	e.assertClean("broken")
+}
+
+// Two Provisioners (two processes) on one journal file: concurrent launches
+// are safe, and Recover leaves a VM alone while its owner's lease is live.
+func TestTwoProvisionersShareAJournal(t *testing.T) {
+	e := newEnv(t)
+	p2 := e.provisioner(e.j)
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range 10 {
+		for _, p := range []*gpuprov.Provisioner{e.p, p2} {
+			wg.Go(func() {
+				_, err := p.Launch(context.Background(), h100(fmt.Sprintf("%s-%d", map[bool]string{true: "one", false: "two"}[p == e.p], i)))
+				errs <- err
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	vms, _ := e.j.ListVMs(context.Background(), journal.ListOptions{States: []journal.VMState{journal.StateReady}})
+	if len(vms) != 20 || len(e.live()) != 20 {
+		t.Fatalf("%d ready VMs, %d live instances; want 20 of each", len(vms), len(e.live()))
+	}
+
+	// p2 holds a launch in boot; p's Recover must skip it.
+	e.fake("b").BootTime = time.Hour
+	started := make(chan struct{})
+	var once sync.Once
+	p3 := e.provisioner(e.j, gpuprov.WithEvents(func(ev gpuprov.Event) {
+		if ev.Type == gpuprov.EvCreated {
+			once.Do(func() { close(started) })
+		}
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		r := h100("busy")
+		r.Providers = []string{"b"}
+		_, err := p3.Launch(ctx, r)
+		done <- err
+	}()
+	<-started
+	rep, err := e.p.Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rep.Skipped["busy"]; !ok || len(rep.Resumed) != 0 {
+		t.Fatalf("recover took a VM another live process drives: %+v", rep)
+	}
+	if err := e.p.Delete(context.Background(), "busy"); !errors.Is(err, gpuprov.ErrBusy) {
+		t.Fatalf("delete of a VM another process drives: %v", err)
+	}
+	cancel()
+	<-done
+	e.assertClean("busy")
+}

@@ -1,0 +1,76 @@
+package gpuprov
+
+import (
+	"context"
+	"io/fs"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/org/gpuprov/ssh"
+)
+
+// SSHConnector is the Connector that reaches nodes over SSH with the ssh
+// package: it dials until sshd answers within the connect budget, verifies
+// the node's pinned host key (the one gpuprov injected, or the one pinned on
+// first contact), and accepts the first key only when nothing is pinned yet
+// (the engine then pins it in the journal by instance id).
+type SSHConnector struct {
+	// Signer is the client key whose public half the Provisioner installs
+	// on every VM (see WithSSH).
+	Signer gossh.Signer
+	// User overrides the login the provider reports.
+	User string
+	// HandshakeTimeout bounds each SSH handshake (default 15s).
+	HandshakeTimeout time.Duration
+	// Sleep replaces the wait between dials (tests).
+	Sleep  func(ctx context.Context, d time.Duration) error
+	Logger *slog.Logger
+}
+
+// Connect implements Connector.
+func (s *SSHConnector) Connect(ctx context.Context, n Node) (Conn, error) {
+	var policy ssh.HostKeyPolicy
+	if n.HostKey != "" {
+		p, err := ssh.FixedHostKey(n.HostKey)
+		if err != nil {
+			return nil, err
+		}
+		policy = p
+	} else {
+		policy = ssh.TOFU("", nil) // pinned by the engine from Conn.HostKey
+	}
+	user := n.SSH.User
+	if s.User != "" {
+		user = s.User
+	}
+	var opts []ssh.WaitOption
+	if s.Sleep != nil {
+		opts = append(opts, ssh.WithSleep(s.Sleep))
+	}
+	c, err := ssh.WaitReady(ctx, ssh.Config{
+		Addr: net.JoinHostPort(n.SSH.Host, strconv.Itoa(n.SSH.Port)), User: user, Signer: s.Signer,
+		HostKey: policy, HandshakeTimeout: s.HandshakeTimeout, Logger: s.Logger,
+	}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return sshConn{c}, nil
+}
+
+type sshConn struct{ c *ssh.Client }
+
+func (s sshConn) Run(ctx context.Context, cmd string) ([]byte, []byte, error) {
+	res, err := s.c.Run(ctx, cmd)
+	return res.Stdout, res.Stderr, err
+}
+
+func (s sshConn) WriteFile(ctx context.Context, path string, content []byte, mode fs.FileMode) error {
+	return s.c.WriteFile(ctx, path, content, mode)
+}
+
+func (s sshConn) HostKey() string { return s.c.HostKey() }
+func (s sshConn) Close() error    { return s.c.Close() }

@@ -1,0 +1,242 @@
+package gpuprov_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/provider"
+	pt "github.com/org/gpuprov/provider/providertest"
+)
+
+var errCrash = errors.New("process killed")
+
+// crashJournal lets the first k writes through; from the (k+1)-th on every
+// write fails, as if the process had died just before it. The lease is left
+// as a dead process leaves it: not renewed, not released.
+type crashJournal struct {
+	journal.Journal
+	mu      sync.Mutex
+	left    int
+	crashed bool
+	writes  int
+	onCrash func()
+}
+
+func (c *crashJournal) write() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.crashed {
+		return errCrash
+	}
+	if c.left == 0 {
+		c.crashed = true
+		if c.onCrash != nil {
+			c.onCrash()
+		}
+		return errCrash
+	}
+	c.left--
+	c.writes++
+	return nil
+}
+
+func (c *crashJournal) Commit(ctx context.Context, s *journal.Step) error {
+	if err := c.write(); err != nil {
+		return err
+	}
+	return c.Journal.Commit(ctx, s)
+}
+
+func (c *crashJournal) Renew(ctx context.Context, owner string, expiry time.Time, names []string) ([]string, error) {
+	c.mu.Lock()
+	dead := c.crashed
+	c.mu.Unlock()
+	if dead {
+		return nil, errCrash
+	}
+	return c.Journal.Renew(ctx, owner, expiry, names)
+}
+
+func (c *crashJournal) Release(ctx context.Context, name, owner string) error {
+	c.mu.Lock()
+	dead := c.crashed
+	c.mu.Unlock()
+	if dead {
+		return errCrash
+	}
+	return c.Journal.Release(ctx, name, owner)
+}
+
+type crashScenario struct {
+	name  string
+	setup func(fakes []*pt.Fake)
+	req   func() gpuprov.Request
+	// wantFailedAfter, when set, is the number of attempts an aborting
+	// launch has: recovery must end it failed, not try more offers.
+	wantFailedAfter int
+}
+
+var crashScenarios = []crashScenario{
+	{
+		// Attempt 1 meets a stockout; attempt 2's create lands but its
+		// response is lost, the cloud lists it late, and it boots slowly.
+		name: "stockout then lost create",
+		setup: func(fakes []*pt.Fake) {
+			a := fakes[0]
+			a.BootTime, a.ListLag, a.DeleteTime = 40*time.Second, 5*time.Second, 20*time.Second
+			a.Caps.ConsistencyWindow = 15 * time.Second
+			a.Script(
+				&pt.Rule{Op: pt.OpCreate, Match: func(c *pt.Call) bool { return c.Location.Zone == "us-east-1a" }, Err: pe(provider.Capacity, "none")},
+				&pt.Rule{Op: pt.OpCreate, Match: func(c *pt.Call) bool { return c.Location.Zone == "us-east-1b" }, Err: pe(provider.Transient, "response lost"), Land: true, Times: 1},
+			)
+		},
+		req: func() gpuprov.Request { return h100("crashy") },
+	},
+	{
+		// Every offer fails after its instance landed: the launch ends
+		// failed after four teardowns.
+		name: "everything fails after landing",
+		setup: func(fakes []*pt.Fake) {
+			for _, f := range fakes {
+				f.BootTime, f.DeleteTime = 10*time.Second, 10*time.Second
+				f.Script(&pt.Rule{Op: pt.OpCreate, Err: pe(provider.Failed, "internal error"), Land: true})
+			}
+		},
+		req: func() gpuprov.Request { return h100("doomed") },
+	},
+	{
+		// A cloud without idempotency tokens that lists new instances
+		// late: only observing (for the whole consistency window) before
+		// any resend keeps a lost create from becoming two machines.
+		name: "lost create on a non-idempotent cloud",
+		setup: func(fakes []*pt.Fake) {
+			a := fakes[0]
+			a.Idempotent = false
+			a.BootTime, a.ListLag = 30*time.Second, 20*time.Second
+			a.Caps.ConsistencyWindow = 25 * time.Second
+			a.Script(&pt.Rule{Op: pt.OpCreate, Err: pe(provider.Transient, "timeout"), Land: true, Times: 1})
+		},
+		req: func() gpuprov.Request { return h100("twin") },
+	},
+	{
+		// Credentials fail after the instance landed: the launch aborts
+		// after one teardown, and a crash in that teardown must not turn
+		// into a new attempt on another offer after recovery.
+		name: "abort survives a crash",
+		setup: func(fakes []*pt.Fake) {
+			a := fakes[0]
+			a.BootTime, a.DeleteTime = 10*time.Second, 10*time.Second
+			a.Script(&pt.Rule{Op: pt.OpCreate, Err: pe(provider.Credentials, "token revoked"), Land: true})
+		},
+		req:             func() gpuprov.Request { return h100("aborted") },
+		wantFailedAfter: 1,
+	},
+}
+
+// runCrash launches with a journal that dies after k writes, then recovers
+// with a fresh Provisioner on the same file and checks that nothing leaked,
+// nothing is duplicated and the VM ended ready or cleanly failed. It
+// returns the number of writes the launch made (when it did not crash).
+func runCrash(t *testing.T, sc crashScenario, k int) (writes int, crashed bool) {
+	clk := clock.NewFake(t0)
+	stop := clk.AutoAdvance()
+	defer stop()
+	fakes := standardFakes(clk)
+	sc.setup(fakes)
+	e := newEnvWith(t, clk, fakes)
+	e.p.Close() // the env's own provisioner is not used
+
+	mutating := func() int {
+		n := 0
+		for _, f := range fakes {
+			n += len(f.Calls(pt.OpPrepare, pt.OpCreate, pt.OpDelete, pt.OpCleanup))
+		}
+		return n
+	}
+	var atCrash int
+	cj := &crashJournal{Journal: e.j, left: k, onCrash: func() { atCrash = mutating() }}
+	p1 := e.provisioner(cj)
+	_, err := p1.Launch(context.Background(), sc.req())
+	cj.mu.Lock()
+	crashed, writes = cj.crashed, cj.writes
+	cj.mu.Unlock()
+	p1.Close()
+	if !crashed {
+		return writes, false
+	}
+	if !errors.Is(err, errCrash) {
+		t.Fatalf("k=%d: crashed launch returned %v", k, err)
+	}
+	if after := mutating(); after != atCrash {
+		t.Fatalf("k=%d: %d cloud mutations after the journal died", k, after-atCrash)
+	}
+
+	// A new process: its own journal handle on the same file, after the
+	// dead process's lease has expired.
+	clk.Advance(2 * time.Minute)
+	db2, err := sqlite.Open(context.Background(), e.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	p2 := e.provisioner(db2)
+	rep, err := p2.Recover(context.Background())
+	if err != nil {
+		t.Fatalf("k=%d: recover: %v", k, err)
+	}
+	name := sc.req().Name
+	if reason, skipped := rep.Skipped[name]; skipped {
+		t.Fatalf("k=%d: recover skipped %s: %s", k, name, reason)
+	}
+	e.j = db2
+	if _, err := db2.GetVM(context.Background(), name); errors.Is(err, journal.ErrNotFound) {
+		// Killed before the VM was journaled: nothing may exist.
+		if live, side := e.live(), e.side(); len(live)+len(side) != 0 {
+			t.Fatalf("k=%d: unjournaled VM left %v %v", k, live, side)
+		}
+		return writes, true
+	}
+	row := e.assertClean(name)
+	if row.State != journal.StateReady && row.State != journal.StateFailed {
+		t.Fatalf("k=%d: ended %s", k, row.State)
+	}
+	// Killed before the failure was journaled, the next process may adopt
+	// the instance and finish; once it was journaled, the launch ends as it
+	// was ending. Either way no other offer is tried.
+	if n := sc.wantFailedAfter; n > 0 && row.Attempt != n {
+		t.Fatalf("k=%d: an aborting launch ended %s after %d attempts, want %d", k, row.State, row.Attempt, n)
+	}
+	return writes, true
+}
+
+// TestCrashAtEveryJournalWrite kills the engine after each journal write of
+// multi-attempt launches in turn (including between "create sent" and "id
+// recorded") and recovers.
+func TestCrashAtEveryJournalWrite(t *testing.T) {
+	for _, sc := range crashScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			total, crashed := runCrash(t, sc, -1)
+			if crashed {
+				t.Fatal("a run with an unlimited journal crashed")
+			}
+			if total < 5 {
+				t.Fatalf("scenario makes only %d writes; it should cover several attempts", total)
+			}
+			for k := 0; k < total; k++ {
+				t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
+					if _, crashed := runCrash(t, sc, k); !crashed {
+						t.Fatalf("did not crash at write %d of %d", k+1, total)
+					}
+				})
+			}
+		})
+	}
+}

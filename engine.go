@@ -1,0 +1,327 @@
+package gpuprov
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
+)
+
+// Phases of an attempt, as journaled in VM.Phase and Attempt.Phase.
+const (
+	PhasePrepare   = "prepare"
+	PhaseCreate    = "create"
+	PhaseBoot      = "boot"
+	PhaseConnect   = "connect"
+	PhaseBootstrap = "bootstrap"
+	PhaseJoin      = "join"
+)
+
+// journalError marks a failed journal write. Once the journal cannot be
+// written the engine must not touch the cloud again (every mutation is
+// written ahead), so it stops at once and leaves the rest to Recover.
+type journalError struct{ err error }
+
+func (e *journalError) Error() string { return "gpuprov: journal write failed: " + e.err.Error() }
+func (e *journalError) Unwrap() error { return e.err }
+
+// phaseError is a failure of the core's own phases (connect, bootstrap,
+// join), as opposed to a cloud failure: it says nothing about the offer.
+type phaseError struct {
+	phase string
+	err   error
+}
+
+func (e *phaseError) Error() string { return e.phase + ": " + e.err.Error() }
+func (e *phaseError) Unwrap() error { return e.err }
+
+// driver drives one VM from its journaled state to an end. It is used by one
+// goroutine at a time.
+type driver struct {
+	p     *Provisioner
+	row   journal.VM
+	req   Request
+	tried map[string]bool
+	// hostKeys holds the private host key generated per attempt; it lives in
+	// memory only and is lost (and regenerated) if the process dies.
+	hostKeys map[int]*provider.HostKey
+	conn     Conn
+	join     func(ctx context.Context, n Node, c Conn) error // cluster nodes only
+	released bool                                            // the last write freed the lease
+}
+
+func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {
+	d := &driver{p: p, row: row, tried: map[string]bool{}, hostKeys: map[int]*provider.HostKey{}}
+	if err := json.Unmarshal(row.Request, &d.req); err != nil {
+		return nil, fmt.Errorf("gpuprov: VM %s: journaled request does not parse: %w", row.Name, err)
+	}
+	return d, nil
+}
+
+// now is the Provisioner's clock.
+func (d *driver) now() time.Time { return d.p.clock.Now() }
+
+// commit writes st durably (with the VM update, if st.Update is &d.row) and
+// then hands its events to the sinks. The write runs on a context detached
+// from the caller's cancellation: a teardown after Ctrl-C must still be
+// journaled.
+func (d *driver) commit(ctx context.Context, st *journal.Step) error {
+	now := d.now()
+	if st.Update != nil {
+		st.Update.UpdatedAt = now
+	}
+	for i := range st.Events {
+		e := &st.Events[i]
+		if e.Time.IsZero() {
+			e.Time = now
+		}
+		if e.VM == "" {
+			e.VM = d.row.Name
+		}
+		e.Owner = d.p.owner
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := d.p.j.Commit(wctx, st); err != nil {
+		return &journalError{err}
+	}
+	if st.ReleaseLease {
+		d.released = true
+	}
+	d.p.emit(st.Events)
+	return nil
+}
+
+func (p *Provisioner) emit(evs []journal.Event) {
+	for _, e := range evs {
+		p.log.Debug("event", "vm", e.VM, "type", e.Type, "attempt", e.Attempt, "phase", e.Phase,
+			"provider", e.Provider, "region", e.Region, "kind", e.ErrorKind, "msg", e.Message)
+		for _, s := range p.sinks {
+			s(e)
+		}
+	}
+}
+
+// event builds an event about attempt a (nil: about the VM).
+func (d *driver) event(typ string, a *journal.Attempt, msg string) journal.Event {
+	e := journal.Event{Type: typ, Message: msg, Phase: d.row.Phase}
+	if a != nil {
+		e.Attempt, e.Provider, e.Region, e.Zone, e.Phase = a.N, a.Provider, a.Region, a.Zone, a.Phase
+		if len(a.InstanceIDs) > 0 {
+			e.InstanceID = a.InstanceIDs[0]
+		}
+	}
+	return e
+}
+
+// run drives the VM to ready, failed or deleted.
+func (d *driver) run(ctx context.Context) (*VM, error) {
+	if !d.row.Deadline.IsZero() && d.row.State != journal.StateDeleting {
+		var cancel context.CancelFunc
+		ctx, cancel = clock.WithDeadline(ctx, d.p.clock, d.row.Deadline)
+		defer cancel()
+	}
+	defer func() {
+		if d.conn != nil {
+			d.conn.Close() // the node stays up; only our session ends
+		}
+	}()
+	var err error
+	switch d.row.State {
+	case journal.StatePending, journal.StateProvisioning:
+		err = d.provision(ctx)
+	case journal.StateDeleting:
+		err = d.finishDelete(ctx)
+	}
+	return vmFromRow(d.row), err
+}
+
+// provision resumes the VM from its journaled attempt, then fails over
+// through the offers until one is ready or the launch must end.
+func (d *driver) provision(ctx context.Context) error {
+	attempts, err := d.p.j.Attempts(ctx, d.row.Name)
+	if err != nil {
+		return fmt.Errorf("gpuprov: VM %s: reading attempts: %w", d.row.Name, err)
+	}
+	for i := range attempts {
+		a := &attempts[i]
+		d.tried[a.OfferKey] = true
+		if a.N == d.row.Attempt {
+			continue
+		}
+		// The engine writes attempt k+1 only after attempt k is torn down,
+		// so this finds nothing unless the journal was edited by hand.
+		if a.State == journal.AttemptActive || a.State == journal.AttemptTearingDown {
+			if err := d.teardown(ctx, a, nil); err != nil {
+				return d.stuck(ctx, err)
+			}
+		}
+	}
+	if d.row.Attempt > 0 {
+		var cur *journal.Attempt
+		for i := range attempts {
+			if attempts[i].N == d.row.Attempt {
+				cur = &attempts[i]
+			}
+		}
+		switch {
+		case cur == nil:
+			return fmt.Errorf("gpuprov: VM %s: journal names attempt %d but has no such attempt", d.row.Name, d.row.Attempt)
+		case cur.State == journal.AttemptActive:
+			err := d.runAttempt(ctx, cur, true)
+			if err == nil {
+				return nil
+			}
+			if stop := d.afterFailure(ctx, cur, err); stop != nil {
+				return stop
+			}
+		case cur.State == journal.AttemptTearingDown:
+			if err := d.teardown(ctx, cur, nil); err != nil {
+				return d.stuck(ctx, err)
+			}
+		}
+		if cur.State == journal.AttemptTornDown && aborts(cur.ErrorKind) {
+			// The launch was ending (cancelled, out of time, or a failure
+			// no other offer can fix) when its process died: finish it the
+			// way it was going, not with a new offer.
+			return d.fail(ctx, fmt.Errorf("%w: %s (finished after a restart)", ErrAborted, cur.Error))
+		}
+	}
+	for {
+		if err := context.Cause(ctx); err != nil {
+			return d.fail(ctx, err)
+		}
+		max := d.req.MaxOffers
+		if max == 0 {
+			max = d.p.maxOffers
+		}
+		if len(d.tried) >= max {
+			return d.fail(ctx, fmt.Errorf("%w: tried %d offers (the bound)", ErrOffersExhausted, len(d.tried)))
+		}
+		offer, err := d.nextOffer(ctx)
+		if err != nil {
+			var je *journalError
+			if errors.As(err, &je) {
+				return err
+			}
+			return d.fail(ctx, err)
+		}
+		a, err := d.startAttempt(ctx, offer)
+		if err != nil {
+			return err
+		}
+		err = d.runAttempt(ctx, a, false)
+		if err == nil {
+			return nil
+		}
+		if stop := d.afterFailure(ctx, a, err); stop != nil {
+			return stop
+		}
+	}
+}
+
+// startAttempt journals a new attempt on offer before anything is prepared.
+func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.Attempt, error) {
+	raw, err := json.Marshal(o)
+	if err != nil {
+		return nil, fmt.Errorf("gpuprov: encoding offer: %w", err)
+	}
+	n := d.row.Attempt + 1
+	a := &journal.Attempt{
+		VM: d.row.Name, N: n, Provider: o.Provider, Region: o.Location.Region, Zone: o.Location.Zone,
+		OfferKey: o.Key(), Offer: raw, State: journal.AttemptActive, Phase: PhasePrepare,
+		Token: d.token(n), StartedAt: d.now(),
+	}
+	d.tried[a.OfferKey] = true
+	d.row.State, d.row.Phase, d.row.Attempt = journal.StateProvisioning, PhasePrepare, n
+	d.row.Provider, d.row.Region, d.row.Zone, d.row.Offer, d.row.PricePerHour = o.Provider, o.Location.Region, o.Location.Zone, raw, o.PricePerHour
+	d.row.InstanceID, d.row.SSHHost, d.row.SSHPort, d.row.SSHUser, d.row.HostKey = "", "", 0, "", ""
+	msg := fmt.Sprintf("%s %s %s×%d $%.2f/h", o.InstanceType, o.Location, o.GPU, o.GPUCount, o.PricePerHour)
+	if o.Spot {
+		msg += " spot"
+	}
+	return a, d.commit(ctx, &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a},
+		Events: []journal.Event{d.event(EvAttempt, a, msg)}})
+}
+
+// token derives the create idempotency token of attempt n from the VM's
+// identity: a UUIDv5-shaped value, the same for every replay of the attempt.
+func (d *driver) token(n int) string {
+	return tokenFor(d.p.j.Installation(), d.row.ID, n)
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+// fail ends the launch as failed. Every attempt is torn down by now.
+func (d *driver) fail(ctx context.Context, cause error) error {
+	now := d.now()
+	d.row.State, d.row.Phase, d.row.EndedAt = journal.StateFailed, "", now
+	d.row.LastError, d.row.LastErrorKind = cause.Error(), errorKindName(cause)
+	d.row.InstanceID, d.row.SSHHost, d.row.SSHPort = "", "", 0
+	if err := d.commit(ctx, &journal.Step{Update: &d.row, ReleaseLease: true,
+		Events: []journal.Event{{Type: EvFailed, Message: cause.Error(), ErrorKind: d.row.LastErrorKind}}}); err != nil {
+		return errors.Join(cause, err)
+	}
+	return fmt.Errorf("gpuprov: launch %s failed (everything it started was torn down): %w", d.row.Name, cause)
+}
+
+// stuck records a teardown that could not finish: the VM stays deleting,
+// loudly, for Recover, Sweep or Delete to finish.
+func (d *driver) stuck(ctx context.Context, cause error) error {
+	var je *journalError
+	if errors.As(cause, &je) || errors.Is(cause, journal.ErrLeaseLost) || errors.Is(cause, journal.ErrConflict) {
+		return cause
+	}
+	d.row.State, d.row.LastError, d.row.LastErrorKind = journal.StateDeleting, cause.Error(), errorKindName(cause)
+	if err := d.commit(ctx, &journal.Step{Update: &d.row, ReleaseLease: true,
+		Events: []journal.Event{{Type: EvTeardownError, Message: cause.Error(), ErrorKind: d.row.LastErrorKind}}}); err != nil {
+		return errors.Join(cause, err)
+	}
+	return fmt.Errorf("gpuprov: VM %s: %w: %w", d.row.Name, ErrTeardownIncomplete, cause)
+}
+
+func errorKindName(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	case errors.Is(err, ErrNoOffers), errors.Is(err, ErrOffersExhausted):
+		return "no-offers"
+	}
+	var pe *phaseError
+	if errors.As(err, &pe) {
+		return pe.phase
+	}
+	return provider.KindOf(err).String()
+}
+
+// aborts reports whether a journaled error kind ends the launch rather than
+// moving it to the next offer (see afterFailure).
+func aborts(kind string) bool {
+	switch kind {
+	case "canceled", "deadline", PhaseBootstrap, PhaseJoin,
+		provider.Transient.String(), provider.InvalidRequest.String(), provider.Credentials.String():
+		return true
+	}
+	return false
+}
+
+// isFatal reports errors after which the driver must stop touching the VM.
+func isFatal(err error) bool {
+	var je *journalError
+	return errors.As(err, &je) || errors.Is(err, journal.ErrLeaseLost) || errors.Is(err, journal.ErrConflict)
+}

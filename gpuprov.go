@@ -1,0 +1,315 @@
+package gpuprov
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/org/gpuprov/internal/backoff"
+	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNoOffers: no configured provider has an offer that satisfies the
+	// request and is not blocked.
+	ErrNoOffers = errors.New("gpuprov: no offers")
+	// ErrOffersExhausted: every offer tried failed, or the bound on offers
+	// tried was reached. Everything the attempts started was torn down.
+	ErrOffersExhausted = errors.New("gpuprov: offers exhausted")
+	// ErrAborted: a failure that no other offer can fix (invalid request,
+	// credentials, a failing bootstrap) ended the launch; what it started was
+	// torn down.
+	ErrAborted = errors.New("gpuprov: launch aborted")
+	// ErrTeardownIncomplete: an instance could not be confirmed gone. The VM
+	// stays in state deleting with the error; Recover, Sweep and Delete retry.
+	ErrTeardownIncomplete = errors.New("gpuprov: teardown incomplete")
+	// ErrNotFound: no VM of that name in the journal.
+	ErrNotFound = journal.ErrNotFound
+	// ErrBusy: another live process drives the VM (it holds the lease).
+	ErrBusy = journal.ErrLeased
+)
+
+// Provisioner gets VMs from the configured providers and journals every step.
+// It is safe for concurrent use. Close it to stop its lease heartbeat.
+type Provisioner struct {
+	j         journal.Journal
+	providers map[string]*paced
+	clock     clock.Clock
+	log       *slog.Logger
+	sinks     []func(Event)
+	owner     string
+	leaseTTL  time.Duration
+	maxOffers int
+	blockTTL  map[provider.ErrorKind]time.Duration
+	backoff   *backoff.Policy
+	planTTL   time.Duration
+	sshTO     time.Duration
+	stepTO    time.Duration
+	hostKeys  bool
+	sshUser   string
+	authKeys  []string
+
+	connector    Connector
+	bootstrapper Bootstrapper
+	joiner       Joiner
+
+	plans planCache
+
+	mu      sync.Mutex
+	held    map[string]int      // VM name → number of drivers holding its lease
+	running map[string]*running // in-process drivers, for Delete
+	closed  bool
+	stopHB  chan struct{}
+	hbDone  chan struct{}
+	pending []error // option errors
+}
+
+// Option configures a Provisioner.
+type Option func(*Provisioner)
+
+// WithProvider adds already built providers (bypassing the registry).
+func WithProvider(ps ...provider.CloudProvider) Option {
+	return func(p *Provisioner) {
+		for _, cp := range ps {
+			if _, dup := p.providers[cp.Name()]; dup {
+				p.pending = append(p.pending, fmt.Errorf("gpuprov: provider %q configured twice", cp.Name()))
+				continue
+			}
+			p.providers[cp.Name()] = newPaced(cp)
+		}
+	}
+}
+
+// WithRegistryProvider builds the provider registered as id with s, filling
+// in the journal's installation id. s.Name names this account (default id).
+func WithRegistryProvider(id string, s provider.Settings) Option {
+	return func(p *Provisioner) {
+		s.Installation = p.j.Installation()
+		if s.Logger == nil {
+			s.Logger = p.log
+		}
+		cp, err := provider.Build(id, s)
+		if err != nil {
+			p.pending = append(p.pending, err)
+			return
+		}
+		WithProvider(cp)(p)
+	}
+}
+
+// WithClock sets the clock every wait uses (tests pass a fake).
+func WithClock(c clock.Clock) Option { return func(p *Provisioner) { p.clock = c } }
+
+// WithLogger sets the structured logger. Nothing secret is ever logged.
+func WithLogger(l *slog.Logger) Option { return func(p *Provisioner) { p.log = l } }
+
+// WithEvents adds a sink that receives every event after it is journaled.
+// Sinks are called synchronously from the goroutine driving the VM and must
+// not block.
+func WithEvents(sink func(Event)) Option {
+	return func(p *Provisioner) { p.sinks = append(p.sinks, sink) }
+}
+
+// WithOwner sets the lease owner id (default: host/pid/start-time/random).
+func WithOwner(owner string) Option { return func(p *Provisioner) { p.owner = owner } }
+
+// WithLeaseTTL sets how long a lease lasts without renewal (default 30s);
+// the heartbeat renews it every third of that.
+func WithLeaseTTL(d time.Duration) Option { return func(p *Provisioner) { p.leaseTTL = d } }
+
+// WithMaxOffers bounds the offers tried per VM (default 8).
+func WithMaxOffers(n int) Option { return func(p *Provisioner) { p.maxOffers = n } }
+
+// WithBlockTTL sets how long an offer (or zone, region, provider) stays
+// blocked after a failure of kind k.
+func WithBlockTTL(k provider.ErrorKind, d time.Duration) Option {
+	return func(p *Provisioner) { p.blockTTL[k] = d }
+}
+
+// WithBackoff sets the retry backoff for transient errors (default 500ms
+// doubling to 30s, full jitter). seed fixes the jitter.
+func WithBackoff(base, max time.Duration, seed uint64) Option {
+	return func(p *Provisioner) { p.backoff = backoff.New(base, max, seed) }
+}
+
+// WithPlanCache sets how long plan results are shared between launches with
+// the same resource request (default 20s; 0 turns sharing off).
+func WithPlanCache(ttl time.Duration) Option { return func(p *Provisioner) { p.planTTL = ttl } }
+
+// WithSSH sets the login user and the public keys (authorized_keys lines)
+// installed on every VM, and whether gpuprov generates and injects a host key
+// per VM on clouds that take user-data (default true), so that the connect
+// phase pins it with no trust-on-first-use window.
+func WithSSH(user string, authorizedKeys []string, injectHostKeys bool) Option {
+	return func(p *Provisioner) { p.sshUser, p.authKeys, p.hostKeys = user, authorizedKeys, injectHostKeys }
+}
+
+// WithConnector sets the connect phase (for example the ssh package's). With
+// none, a launch is ready as soon as its instance runs with an SSH endpoint.
+func WithConnector(c Connector) Option { return func(p *Provisioner) { p.connector = c } }
+
+// WithBootstrapper sets the bootstrap phase; it needs a Connector.
+func WithBootstrapper(b Bootstrapper) Option { return func(p *Provisioner) { p.bootstrapper = b } }
+
+// WithJoiner sets how LaunchCluster forms a cluster; it needs a Connector.
+func WithJoiner(jn Joiner) Option { return func(p *Provisioner) { p.joiner = jn } }
+
+// WithPhaseTimeouts bounds the connect phase (default 5m) and each of the
+// bootstrap and join phases (default 15m).
+func WithPhaseTimeouts(connect, step time.Duration) Option {
+	return func(p *Provisioner) { p.sshTO, p.stepTO = connect, step }
+}
+
+// New returns a Provisioner that journals to j and launches on the providers
+// given by options. It fails if an option is invalid. A Provisioner without
+// providers can still read the journal (List, Get, History); launching on it
+// is an invalid request.
+func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
+	if j == nil {
+		return nil, errors.New("gpuprov: New with a nil journal")
+	}
+	p := &Provisioner{
+		j:         j,
+		providers: map[string]*paced{},
+		clock:     clock.Real,
+		log:       slog.New(slog.DiscardHandler),
+		leaseTTL:  30 * time.Second,
+		maxOffers: 8,
+		blockTTL: map[provider.ErrorKind]time.Duration{
+			provider.Capacity:    10 * time.Minute,
+			provider.Failed:      10 * time.Minute,
+			provider.Unavailable: 30 * time.Minute,
+			provider.Quota:       time.Hour,
+			provider.Credentials: 15 * time.Minute,
+		},
+		backoff:  backoff.New(500*time.Millisecond, 30*time.Second, uint64(time.Now().UnixNano())),
+		planTTL:  20 * time.Second,
+		sshTO:    5 * time.Minute,
+		stepTO:   15 * time.Minute,
+		hostKeys: true,
+		sshUser:  "root",
+		held:     map[string]int{},
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.owner == "" {
+		p.owner = defaultOwner()
+	}
+	if err := errors.Join(p.pending...); err != nil {
+		return nil, err
+	}
+	if (p.bootstrapper != nil || p.joiner != nil) && p.connector == nil {
+		return nil, errors.New("gpuprov: a bootstrapper or joiner needs a connector")
+	}
+	if kj, ok := p.joiner.(*K3sJoiner); ok && kj.Connector == nil {
+		kj.Connector = p.connector
+	}
+	p.stopHB, p.hbDone = make(chan struct{}), make(chan struct{})
+	go p.heartbeat()
+	return p, nil
+}
+
+// Close stops the lease heartbeat. Launches still running lose their leases
+// when those expire. It does not close the journal.
+func (p *Provisioner) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	close(p.stopHB)
+	<-p.hbDone
+	return nil
+}
+
+// Owner returns the lease owner id of this Provisioner.
+func (p *Provisioner) Owner() string { return p.owner }
+
+// Providers returns the configured provider names, sorted.
+func (p *Provisioner) Providers() []string { return slices.Sorted(maps.Keys(p.providers)) }
+
+// Journal returns the journal the Provisioner writes to.
+func (p *Provisioner) Journal() journal.Journal { return p.j }
+
+var processStart = time.Now()
+
+// defaultOwner names this process: host, pid, start time and a random
+// suffix, so that Recover on the same host can tell a dead owner from a live
+// one (see ownerAlive).
+func defaultOwner() string {
+	host, _ := os.Hostname() // an empty host still makes a unique owner with the random part
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return fmt.Sprintf("%s/%d/%d/%s", host, os.Getpid(), processStart.UnixNano(), hex.EncodeToString(b[:]))
+}
+
+func sortedKeys(m map[string]bool) []string { return slices.Sorted(maps.Keys(m)) }
+
+// hold registers a lease this process must keep renewing.
+func (p *Provisioner) hold(name string) {
+	p.mu.Lock()
+	p.held[name]++
+	p.mu.Unlock()
+}
+
+// release stops renewing the lease and, when free is set, frees it in the
+// journal (a driver that ended the VM freed it in its last write already).
+func (p *Provisioner) release(name string, free bool) {
+	p.mu.Lock()
+	p.held[name]--
+	last := p.held[name] <= 0
+	if last {
+		delete(p.held, name)
+	}
+	p.mu.Unlock()
+	if last && free {
+		// A detached context: releasing must happen even when the caller gave up.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.j.Release(ctx, name, p.owner); err != nil {
+			p.log.Warn("releasing lease", "vm", name, "err", err)
+		}
+	}
+}
+
+func (p *Provisioner) heartbeat() {
+	defer close(p.hbDone)
+	for {
+		t := p.clock.NewTimer(p.leaseTTL / 3)
+		select {
+		case <-p.stopHB:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		p.mu.Lock()
+		names := slices.Collect(maps.Keys(p.held))
+		p.mu.Unlock()
+		if len(names) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		lost, err := p.j.Renew(ctx, p.owner, p.clock.Now().Add(p.leaseTTL), names)
+		cancel()
+		if err != nil {
+			p.log.Warn("renewing leases", "err", err)
+		}
+		for _, n := range lost {
+			p.log.Warn("lease lost; another process drives the VM now", "vm", n)
+		}
+	}
+}

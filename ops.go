@@ -1,0 +1,254 @@
+package gpuprov
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
+)
+
+// Launch provisions one VM and blocks until it is ready or the launch has
+// cleanly failed. The request is validated before anything is journaled or
+// created (a *RequestError). On failure everything the launch started is torn
+// down; if a teardown cannot finish, the error wraps ErrTeardownIncomplete
+// and the VM stays in state deleting for Recover, Sweep or Delete. Cancelling
+// ctx tears down and fails the launch.
+func (p *Provisioner) Launch(ctx context.Context, req Request) (*VM, error) {
+	return p.launch(ctx, req, "", nil)
+}
+
+func (p *Provisioner) launch(ctx context.Context, req Request, cluster string, join func(context.Context, Node, Conn) error) (*VM, error) {
+	if err := req.normalize(p.providerSet()); err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("gpuprov: encoding request: %w", err)
+	}
+	now := p.clock.Now()
+	row := journal.VM{
+		Name: req.Name, ID: newID(), Cluster: cluster, Request: raw, State: journal.StatePending,
+		Owner: p.owner, LeaseExpiry: now.Add(p.leaseTTL), Deadline: now.Add(req.Timeout),
+		CreatedAt: now, UpdatedAt: now,
+	}
+	d, err := p.newDriver(row)
+	if err != nil {
+		return nil, err
+	}
+	d.join = join
+	msg := fmt.Sprintf("%s×%d", req.GPU, req.GPUCount)
+	if req.MaxPricePerHour > 0 {
+		msg += fmt.Sprintf(" under $%.2f/h", req.MaxPricePerHour)
+	}
+	if err := d.commit(ctx, &journal.Step{Create: &d.row, Events: []journal.Event{{Type: EvLaunch, Message: msg}}}); err != nil {
+		if errors.Is(err, journal.ErrExists) {
+			return nil, fmt.Errorf("gpuprov: a VM named %s exists and is not deleted: %w", req.Name, journal.ErrExists)
+		}
+		return nil, err
+	}
+	return p.drive(ctx, d)
+}
+
+// drive runs a driver while holding (and renewing) the VM's lease.
+func (p *Provisioner) drive(ctx context.Context, d *driver) (*VM, error) {
+	p.hold(d.row.Name)
+	defer func() { p.release(d.row.Name, !d.released) }()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := p.track(d.row.Name, cancel)
+	defer done()
+	return d.run(ctx)
+}
+
+// track registers an in-process driver so Delete can stop it first.
+func (p *Provisioner) track(name string, cancel context.CancelFunc) func() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running == nil {
+		p.running = map[string]*running{}
+	}
+	r := &running{cancel: cancel, done: make(chan struct{})}
+	p.running[name] = r
+	return func() {
+		p.mu.Lock()
+		if p.running[name] == r {
+			delete(p.running, name)
+		}
+		p.mu.Unlock()
+		close(r.done)
+	}
+}
+
+type running struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// LaunchResult is the outcome of one VM of LaunchMany.
+type LaunchResult struct {
+	VM  *VM
+	Err error
+}
+
+// LaunchMany launches every request concurrently and returns when all have
+// ended, with one result per request in order.
+func (p *Provisioner) LaunchMany(ctx context.Context, reqs []Request) []LaunchResult {
+	out := make([]LaunchResult, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Go(func() {
+			out[i].VM, out[i].Err = p.Launch(ctx, r)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// Delete tears the VM down: every instance of every attempt deleted and
+// confirmed gone, side resources cleaned up, then state deleted. A launch of
+// the VM running in this process is cancelled first (it tears down what it
+// started). A VM driven by another live process gives ErrBusy. Deleting a
+// deleted or failed VM does nothing.
+func (p *Provisioner) Delete(ctx context.Context, name string) error {
+	p.mu.Lock()
+	r := p.running[name]
+	p.mu.Unlock()
+	if r != nil {
+		r.cancel()
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	row, err := p.acquire(ctx, name)
+	if err != nil {
+		return err
+	}
+	p.hold(name)
+	d, err := p.newDriver(row)
+	if err != nil {
+		p.release(name, true)
+		return err
+	}
+	defer func() { p.release(name, !d.released) }()
+	if row.State.Terminal() {
+		return nil
+	}
+	d.row.State, d.row.Phase = journal.StateDeleting, ""
+	if err := d.commit(ctx, &journal.Step{Update: &d.row, Events: []journal.Event{{Type: EvDeleting}}}); err != nil {
+		return err
+	}
+	return d.finishDelete(ctx)
+}
+
+// acquire takes the VM's lease for this process, taking over from an owner
+// on this host that is proven dead.
+func (p *Provisioner) acquire(ctx context.Context, name string) (journal.VM, error) {
+	row, err := p.j.GetVM(ctx, name)
+	if err != nil {
+		return journal.VM{}, fmt.Errorf("gpuprov: VM %s: %w", name, err)
+	}
+	var dead []string
+	if row.Owner != "" && row.Owner != p.owner && !ownerAlive(row.Owner) {
+		dead = append(dead, row.Owner)
+	}
+	now := p.clock.Now()
+	row, err = p.j.Acquire(ctx, name, p.owner, now, now.Add(p.leaseTTL), dead...)
+	if err != nil {
+		return journal.VM{}, fmt.Errorf("gpuprov: VM %s: %w", name, err)
+	}
+	return row, nil
+}
+
+// finishDelete tears down every attempt not yet torn down and marks the VM
+// deleted; on a teardown it cannot finish, the VM stays deleting.
+func (d *driver) finishDelete(ctx context.Context) error {
+	attempts, err := d.p.j.Attempts(ctx, d.row.Name)
+	if err != nil {
+		return fmt.Errorf("gpuprov: VM %s: reading attempts: %w", d.row.Name, err)
+	}
+	for i := range attempts {
+		a := &attempts[i]
+		if a.State == journal.AttemptTornDown && a.CleanedUp {
+			continue
+		}
+		if a.State == journal.AttemptTornDown {
+			a.State = journal.AttemptTearingDown // cleanup still owed
+		}
+		if err := d.teardown(ctx, a, nil); err != nil {
+			return d.stuck(ctx, err)
+		}
+	}
+	now := d.now()
+	d.row.State, d.row.Phase, d.row.EndedAt = journal.StateDeleted, "", now
+	d.row.InstanceID, d.row.SSHHost, d.row.SSHPort, d.row.LastError, d.row.LastErrorKind = "", "", 0, "", ""
+	return d.commit(ctx, &journal.Step{Update: &d.row, ReleaseLease: true, Events: []journal.Event{{Type: EvDeleted}}})
+}
+
+// Get returns the VM named name, or an error wrapping ErrNotFound.
+func (p *Provisioner) Get(ctx context.Context, name string) (*VM, error) {
+	row, err := p.j.GetVM(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("gpuprov: VM %s: %w", name, err)
+	}
+	return vmFromRow(row), nil
+}
+
+// ListOptions filters List.
+type ListOptions = journal.ListOptions
+
+// List returns the journal's VMs matching opts, by name.
+func (p *Provisioner) List(ctx context.Context, opts ListOptions) ([]*VM, error) {
+	rows, err := p.j.ListVMs(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("gpuprov: listing VMs: %w", err)
+	}
+	out := make([]*VM, len(rows))
+	for i, r := range rows {
+		out[i] = vmFromRow(r)
+	}
+	return out, nil
+}
+
+// History returns a VM's attempts and its events, oldest first.
+func (p *Provisioner) History(ctx context.Context, name string) ([]journal.Attempt, []Event, error) {
+	if _, err := p.j.GetVM(ctx, name); err != nil {
+		return nil, nil, fmt.Errorf("gpuprov: VM %s: %w", name, err)
+	}
+	as, err := p.j.Attempts(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	evs, err := p.j.Events(ctx, journal.EventQuery{VM: name})
+	return as, evs, err
+}
+
+// Health diagnoses a VM's instance: the provider's Diagnoser where it has
+// one, else provider.DiagnoseFromObserve. A VM without an instance is Gone.
+func (p *Provisioner) Health(ctx context.Context, name string) (provider.Diagnosis, error) {
+	row, err := p.j.GetVM(ctx, name)
+	if err != nil {
+		return provider.Diagnosis{}, fmt.Errorf("gpuprov: VM %s: %w", name, err)
+	}
+	if row.InstanceID == "" {
+		return provider.Diagnosis{Findings: []provider.Finding{{Severity: provider.Critical, Code: "no-instance",
+			Message: fmt.Sprintf("VM is %s and has no instance", row.State)}}}, nil
+	}
+	pp, ok := p.providers[row.Provider]
+	if !ok {
+		return provider.Diagnosis{}, fmt.Errorf("gpuprov: VM %s: provider %q is not configured", name, row.Provider)
+	}
+	loc := provider.Location{Region: row.Region, Zone: row.Zone}
+	if err := pp.wait(ctx); err != nil {
+		return provider.Diagnosis{}, err
+	}
+	if dg, ok := pp.CloudProvider.(provider.Diagnoser); ok {
+		return dg.Diagnose(ctx, loc, name, row.InstanceID)
+	}
+	return provider.DiagnoseFromObserve(ctx, pp.CloudProvider, loc, name, row.InstanceID)
+}

@@ -1,0 +1,98 @@
+package gpuprov
+
+import (
+	"context"
+	"encoding/pem"
+	"fmt"
+
+	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
+)
+
+func pemEncode(b *pem.Block) []byte { return pem.EncodeToMemory(b) }
+
+// afterBoot is the phase that follows a successful boot; "" is ready.
+func (d *driver) afterBoot() string {
+	if d.p.connector != nil {
+		return PhaseConnect
+	}
+	return ""
+}
+
+// node describes the VM's running instance for the connect, bootstrap and
+// join phases.
+func (d *driver) node() Node {
+	return Node{
+		VM: d.row.Name, Cluster: d.row.Cluster, Provider: d.row.Provider,
+		Location: provider.Location{Region: d.row.Region, Zone: d.row.Zone}, InstanceID: d.row.InstanceID,
+		SSH:      provider.SSHEndpoint{Host: d.row.SSHHost, Port: d.row.SSHPort, User: d.row.SSHUser},
+		PublicIP: d.row.SSHHost, GPU: d.req.GPU, GPUCount: d.req.GPUCount, HostKey: d.row.HostKey,
+	}
+}
+
+// nodePhases runs connect, bootstrap and join, each journaled on entry, and
+// then marks the VM ready. A resumed launch reconnects first.
+func (d *driver) nodePhases(ctx context.Context, a *journal.Attempt) error {
+	if d.conn == nil {
+		cctx, cancel := clock.WithDeadline(ctx, d.p.clock, d.now().Add(d.p.sshTO))
+		conn, err := d.p.connector.Connect(cctx, d.node())
+		cancel()
+		if err != nil {
+			return &phaseError{PhaseConnect, err}
+		}
+		d.conn = conn
+		if d.row.HostKey == "" && conn.HostKey() != "" {
+			d.row.HostKey, a.HostKey = conn.HostKey(), conn.HostKey()
+			if err := d.commit(ctx, &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a},
+				Events: []journal.Event{d.event(EvHostKeyPinned, a, conn.HostKey())}}); err != nil {
+				return err
+			}
+		}
+	}
+	steps := []struct {
+		phase string
+		run   func(context.Context) error
+	}{
+		{PhaseBootstrap, nil},
+		{PhaseJoin, nil},
+	}
+	if d.p.bootstrapper != nil {
+		steps[0].run = func(ctx context.Context) error { return d.p.bootstrapper.Bootstrap(ctx, d.node(), d.conn) }
+	}
+	if d.join != nil {
+		steps[1].run = func(ctx context.Context) error { return d.join(ctx, d.node(), d.conn) }
+	}
+	started := a.Phase == PhaseConnect
+	for _, s := range steps {
+		if !started && s.phase != a.Phase {
+			continue
+		}
+		started = true
+		if s.run == nil {
+			continue
+		}
+		if a.Phase != s.phase {
+			if err := d.setPhase(ctx, a, s.phase); err != nil {
+				return err
+			}
+		}
+		sctx, cancel := clock.WithDeadline(ctx, d.p.clock, d.now().Add(d.p.stepTO))
+		err := s.run(sctx)
+		cancel()
+		if err != nil {
+			return &phaseError{s.phase, err}
+		}
+	}
+	return d.ready(ctx, a)
+}
+
+// ready marks the attempt succeeded and the VM ready.
+func (d *driver) ready(ctx context.Context, a *journal.Attempt) error {
+	now := d.now()
+	a.Phase, a.State, a.EndedAt = "", journal.AttemptSucceeded, now
+	d.row.State, d.row.Phase, d.row.ReadyAt, d.row.LastError, d.row.LastErrorKind = journal.StateReady, "", now, "", ""
+	msg := fmt.Sprintf("%s in %v", d.row.InstanceID, now.Sub(d.row.CreatedAt).Round(1e6))
+	return d.commit(ctx, &journal.Step{Update: &d.row, ReleaseLease: true, Attempts: []journal.Attempt{*a},
+		Events: []journal.Event{d.event(EvReady, a, msg)}})
+}

@@ -1,0 +1,270 @@
+package gpuprov
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
+)
+
+// RecoverReport says what Recover did with each active VM it found.
+type RecoverReport struct {
+	// Resumed are the VMs this process took over and drove to an end, with
+	// the error each ended with (nil: ready or deleted as intended).
+	Resumed map[string]error
+	// Skipped are the VMs another live process drives, with the reason.
+	Skipped map[string]string
+}
+
+// Recover takes every VM the journal holds in an active state (pending,
+// provisioning, deleting) whose lease is free, expired, or held by a process
+// on this host that is gone, and drives it from its last journaled phase:
+// a create is observed and adopted or sent again, a boot is waited for with
+// what is left of the deadline, a teardown is finished. It returns when every
+// VM it took has ended. VMs driven by live processes are left alone.
+func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
+	rows, err := p.j.ListVMs(ctx, journal.ListOptions{States: []journal.VMState{
+		journal.StatePending, journal.StateProvisioning, journal.StateDeleting}})
+	if err != nil {
+		return nil, fmt.Errorf("gpuprov: recover: listing VMs: %w", err)
+	}
+	rep := &RecoverReport{Resumed: map[string]error{}, Skipped: map[string]string{}}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, r := range rows {
+		p.mu.Lock()
+		_, local := p.running[r.Name]
+		p.mu.Unlock()
+		if local {
+			rep.Skipped[r.Name] = "driven by this process"
+			continue
+		}
+		row, err := p.acquire(ctx, r.Name)
+		if err != nil {
+			rep.Skipped[r.Name] = err.Error()
+			continue
+		}
+		d, err := p.newDriver(row)
+		if err != nil || !row.State.Active() {
+			if err != nil {
+				rep.Resumed[row.Name] = err
+			}
+			// Not ours to drive after all; an error here only means the
+			// lease runs out on its own.
+			_ = p.j.Release(ctx, row.Name, p.owner)
+			continue
+		}
+		if err := d.commit(ctx, &journal.Step{Update: &d.row, Events: []journal.Event{{Type: EvRecovered,
+			Phase: row.Phase, Attempt: row.Attempt, Message: fmt.Sprintf("taken over from %q in state %s", r.Owner, row.State)}}}); err != nil {
+			rep.Resumed[row.Name] = err
+			continue
+		}
+		if row.Cluster != "" && p.joiner != nil && row.Phase == PhaseJoin {
+			d.join = p.recoveredJoin(row.Cluster, row.Name)
+		}
+		wg.Go(func() {
+			_, err := p.drive(ctx, d)
+			mu.Lock()
+			rep.Resumed[d.row.Name] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return rep, nil
+}
+
+// ownerAlive reports whether a lease owner may still be running. Owners are
+// "host/pid/start-nanos/random". On this host, a pid that does not exist, or
+// that belongs to a process started at another time, is dead. Owners on other
+// hosts, or in another format, count as alive: their lease's expiry decides.
+func ownerAlive(owner string) bool {
+	parts := strings.Split(owner, "/")
+	if len(parts) != 4 {
+		return true
+	}
+	host, _ := os.Hostname()
+	if parts[0] != host {
+		return true
+	}
+	pid, err := strconv.Atoi(parts[1])
+	if err != nil || pid <= 0 {
+		return true
+	}
+	start, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil {
+		return true
+	}
+	if pid == os.Getpid() {
+		return start == processStart.UnixNano()
+	}
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	if st, ok := procStart(pid); ok {
+		// The pid was reused by a process that started well after the owner.
+		d := st.Sub(time.Unix(0, start))
+		return d < 2*time.Second && d > -2*time.Second
+	}
+	return true
+}
+
+// procStart reads a process's start time from /proc (Linux); ok is false
+// elsewhere.
+func procStart(pid int) (time.Time, bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return time.Time{}, false
+	}
+	// Field 22 (starttime, in clock ticks since boot) follows the command,
+	// which is parenthesized and may contain spaces.
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return time.Time{}, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return time.Time{}, false
+	}
+	ticks, err := strconv.ParseInt(f[19], 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	boot, ok := bootTime()
+	if !ok {
+		return time.Time{}, false
+	}
+	const clkTck = 100 // USER_HZ on every Linux architecture Go supports
+	return boot.Add(time.Duration(ticks) * time.Second / clkTck), true
+}
+
+func bootTime() (time.Time, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, false
+			}
+			return time.Unix(sec, 0), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// SweepOptions controls Sweep.
+type SweepOptions struct {
+	// Delete deletes the orphans found; the default is a dry run.
+	Delete bool
+	// Grace is how old an instance must be before it counts as an orphan,
+	// covering the cloud's listing lag and launches in flight (default 10m).
+	Grace time.Duration
+}
+
+// Orphan is an instance carrying this installation's identity that no VM in
+// the journal owns.
+type Orphan struct {
+	Provider string
+	provider.Observed
+	Reason  string
+	Deleted bool
+	Err     error
+}
+
+// Sweep lists, on every provider that implements provider.Lister, the
+// instances of this installation, and reports those the journal does not own
+// (a VM unknown, deleted or failed, or an instance that is not the VM's) and
+// that are older than the grace period; with Delete it deletes them. It also
+// finishes the teardown of VMs left in state deleting by a failed teardown.
+// Providers without Lister are listed in the error, not skipped silently.
+func (p *Provisioner) Sweep(ctx context.Context, opts SweepOptions) ([]Orphan, error) {
+	if opts.Grace == 0 {
+		opts.Grace = 10 * time.Minute
+	}
+	now := p.clock.Now()
+	var out []Orphan
+	var errs []error
+	for _, name := range p.Providers() {
+		pp := p.providers[name]
+		l, ok := pp.CloudProvider.(provider.Lister)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s cannot list instances (no provider.Lister): not swept", name))
+			continue
+		}
+		if err := pp.wait(ctx); err != nil {
+			return out, err
+		}
+		all, err := l.List(ctx, provider.Location{})
+		pp.note(err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: listing: %w", name, err))
+			continue
+		}
+		for _, o := range all {
+			reason, err := p.orphanReason(ctx, name, o)
+			if err != nil {
+				return out, err
+			}
+			if reason == "" || now.Sub(o.Created) < opts.Grace {
+				continue
+			}
+			orph := Orphan{Provider: name, Observed: o, Reason: reason}
+			if opts.Delete {
+				if err := pp.wait(ctx); err != nil {
+					return out, err
+				}
+				orph.Err = pp.Delete(ctx, o.Location, o.VM, []string{o.ID})
+				pp.note(orph.Err)
+				orph.Deleted = orph.Err == nil
+			}
+			out = append(out, orph)
+		}
+	}
+	if opts.Delete {
+		stuck, err := p.j.ListVMs(ctx, journal.ListOptions{States: []journal.VMState{journal.StateDeleting}})
+		if err != nil {
+			return out, err
+		}
+		for _, v := range stuck {
+			if err := p.Delete(ctx, v.Name); err != nil && !errors.Is(err, ErrBusy) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// orphanReason says why the journal does not own instance o of provider
+// name, or "" when it does.
+func (p *Provisioner) orphanReason(ctx context.Context, name string, o provider.Observed) (string, error) {
+	if o.VM == "" {
+		return "instance carries no VM name", nil
+	}
+	row, err := p.j.GetVM(ctx, o.VM)
+	if errors.Is(err, journal.ErrNotFound) {
+		return "no VM " + o.VM + " in the journal", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case row.State.Terminal():
+		return fmt.Sprintf("VM %s is %s", o.VM, row.State), nil
+	case row.State == journal.StateReady && (row.Provider != name || row.InstanceID != o.ID):
+		return fmt.Sprintf("VM %s is ready on %s/%s, not this instance", o.VM, row.Provider, row.InstanceID), nil
+	}
+	return "", nil
+}

@@ -1,0 +1,155 @@
+package gpuprov
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"time"
+
+	"github.com/org/gpuprov/provider"
+)
+
+// ErrInvalidRequest is matched (errors.Is) by every *RequestError: the
+// request was rejected before anything was journaled or created.
+var ErrInvalidRequest = errors.New("gpuprov: invalid request")
+
+// RequestError names the field of a Request that is wrong and why.
+type RequestError struct {
+	Field   string
+	Problem string
+}
+
+func (e *RequestError) Error() string {
+	return fmt.Sprintf("invalid request: %s: %s", e.Field, e.Problem)
+}
+
+// Is makes errors.Is(err, ErrInvalidRequest) true.
+func (e *RequestError) Is(target error) bool { return target == ErrInvalidRequest }
+
+// Request is what a caller needs for one VM. Only Name and GPU are required.
+type Request struct {
+	// Name identifies the VM in the journal and on every cloud resource
+	// (gpuprov-<name>): lowercase letters, digits and dashes, starting with a
+	// letter or digit, not ending with a dash, at most 50 characters — the
+	// rules every supported cloud's labels and names accept.
+	Name string `json:"name"`
+	// GPU is a canonical GPU name or alias ("H100-80GB", "h100", ...).
+	GPU string `json:"gpu"`
+	// GPUCount is the number of GPUs on the machine; default 1.
+	GPUCount        int                 `json:"gpu_count"`
+	MinGPUMemoryGB  int                 `json:"min_gpu_memory_gb,omitempty"`
+	MaxPricePerHour float64             `json:"max_price_per_hour,omitempty"` // USD per hour for the machine; 0: no limit
+	Spot            provider.SpotPolicy `json:"spot,omitempty"`
+	// Providers restricts the launch to these provider names; empty: all.
+	Providers []string `json:"providers,omitempty"`
+	// Regions restricts the launch to these regions; empty: all.
+	Regions []string `json:"regions,omitempty"`
+	// Timeout bounds the whole launch, measured on the Provisioner's clock
+	// (the caller's context bounds it too); 0 means DefaultTimeout.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// MaxOffers bounds how many offers are tried; 0 means the
+	// Provisioner's default.
+	MaxOffers int `json:"max_offers,omitempty"`
+	// SSHUser is the login user where the cloud lets gpuprov choose it.
+	SSHUser string `json:"ssh_user,omitempty"`
+	// OpenPorts are inbound ports the VM's own firewall opens besides SSH.
+	OpenPorts []provider.Port `json:"open_ports,omitempty"`
+	// Image overrides the providers' default image.
+	Image string `json:"image,omitempty"`
+}
+
+// DefaultTimeout bounds a launch whose Request has no Timeout.
+const DefaultTimeout = 20 * time.Minute
+
+// MaxNameLength is the longest VM name every cloud accepts once prefixed.
+const MaxNameLength = 50
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+
+// ValidateName reports whether name can name a VM (or a cluster).
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return &RequestError{"name", "empty"}
+	case len(name) > MaxNameLength:
+		return &RequestError{"name", fmt.Sprintf("%q is %d characters; at most %d", name, len(name), MaxNameLength)}
+	case !nameRE.MatchString(name):
+		return &RequestError{"name", fmt.Sprintf("%q: use lowercase letters, digits and dashes, starting and ending with a letter or digit", name)}
+	}
+	return nil
+}
+
+// Validate checks r as Launch would, against the configured provider names,
+// without touching a journal or a cloud: callers (a CLI, a scheduler's API)
+// can reject bad input before they open anything. It returns a *RequestError.
+func (r Request) Validate(providers []string) error {
+	known := make(map[string]bool, len(providers))
+	for _, p := range providers {
+		known[p] = true
+	}
+	return r.normalize(known)
+}
+
+// normalize validates r, fills defaults and canonicalizes the GPU name. known
+// lists the configured provider names.
+func (r *Request) normalize(known map[string]bool) error {
+	if len(known) == 0 {
+		return &RequestError{"providers", "no provider is configured"}
+	}
+	if err := ValidateName(r.Name); err != nil {
+		return err
+	}
+	if r.GPU == "" {
+		return &RequestError{"gpu", fmt.Sprintf("empty (known: %v)", provider.GPUNames())}
+	}
+	canon, err := provider.CanonicalGPU(r.GPU)
+	if err != nil {
+		return &RequestError{"gpu", err.Error()}
+	}
+	r.GPU = canon
+	if r.GPUCount == 0 {
+		r.GPUCount = 1
+	}
+	if r.GPUCount < 0 || r.GPUCount > 64 {
+		return &RequestError{"gpu_count", fmt.Sprintf("%d is not between 1 and 64", r.GPUCount)}
+	}
+	if r.MinGPUMemoryGB < 0 {
+		return &RequestError{"min_gpu_memory_gb", "negative"}
+	}
+	if r.MaxPricePerHour < 0 || math.IsNaN(r.MaxPricePerHour) || math.IsInf(r.MaxPricePerHour, 0) {
+		return &RequestError{"max_price_per_hour", fmt.Sprintf("%v is not a price", r.MaxPricePerHour)}
+	}
+	switch r.Spot {
+	case provider.OnDemand, provider.SpotOnly, provider.SpotOrOnDemand:
+	default:
+		return &RequestError{"spot", fmt.Sprintf("%q: want \"\" (on-demand), \"spot\" or \"any\"", r.Spot)}
+	}
+	for _, p := range r.Providers {
+		if !known[p] {
+			return &RequestError{"providers", fmt.Sprintf("%q is not configured (configured: %v)", p, sortedKeys(known))}
+		}
+	}
+	if r.Timeout < 0 {
+		return &RequestError{"timeout", "negative"}
+	}
+	if r.Timeout == 0 {
+		r.Timeout = DefaultTimeout
+	}
+	if r.MaxOffers < 0 {
+		return &RequestError{"max_offers", "negative"}
+	}
+	for _, p := range r.OpenPorts {
+		if p.Number < 1 || p.Number > 65535 || (p.Protocol != "tcp" && p.Protocol != "udp") {
+			return &RequestError{"open_ports", fmt.Sprintf("%v: want 1-65535 and tcp or udp", p)}
+		}
+	}
+	return nil
+}
+
+func (r *Request) resources() *provider.ResourceRequest {
+	return &provider.ResourceRequest{
+		GPU: r.GPU, GPUCount: r.GPUCount, MinGPUMemoryGB: r.MinGPUMemoryGB,
+		MaxPricePerHour: r.MaxPricePerHour, Spot: r.Spot, Regions: r.Regions,
+	}
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs gpuprov's whole test suite on a fresh machine: installs what the tests
+# need when it is missing (OpenSSH's sshd for the ssh tests), then vets and
+# tests every package with the race detector.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+[ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing ${need_pkgs[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+  else
+    echo "missing ${need_pkgs[*]}: install it (Debian/Ubuntu: sudo apt-get install ${need_pkgs[*]}); tests that need it are skipped" >&2
+  fi
+fi
+
+go vet ./...
+go test -race -count=1 -timeout 15m ./...

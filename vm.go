@@ -1,0 +1,114 @@
+package gpuprov
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
+)
+
+// State is a VM's state; see journal.VMState for the life cycle.
+type State = journal.VMState
+
+// The states of a VM.
+const (
+	StatePending      = journal.StatePending
+	StateProvisioning = journal.StateProvisioning
+	StateReady        = journal.StateReady
+	StateDeleting     = journal.StateDeleting
+	StateDeleted      = journal.StateDeleted
+	StateFailed       = journal.StateFailed
+)
+
+// Event is one transition of a VM, as journaled and handed to sinks.
+type Event = journal.Event
+
+// Event types.
+const (
+	EvLaunch        = "launch"          // a launch was requested
+	EvPlan          = "plan"            // offers planned
+	EvPlanError     = "plan-error"      // a provider's Plan failed; it is skipped
+	EvAttempt       = "attempt"         // an attempt on an offer starts
+	EvPhase         = "phase"           // an attempt enters a phase
+	EvRetry         = "retry"           // a transient error; the step is retried
+	EvCreateSent    = "create-sent"     // a create request is about to be sent
+	EvCreated       = "created"         // the instance id is known (returned or adopted)
+	EvAdopted       = "adopted"         // an instance that landed without a recorded id was found
+	EvDuplicate     = "duplicate"       // a second instance of the VM was found and is deleted
+	EvHostKeyPinned = "host-key-pinned" // first contact pinned the host key
+	EvFailure       = "failure"         // an attempt failed with an error kind
+	EvBlocked       = "blocked"         // an offer, zone, region or provider was blocked
+	EvTeardown      = "teardown"        // an attempt's teardown starts
+	EvTornDown      = "torn-down"       // an attempt's instances are confirmed gone
+	EvTeardownError = "teardown-error"  // a teardown could not finish
+	EvReady         = "ready"           // the VM is ready
+	EvFailed        = "failed"          // the launch failed; all it started is gone
+	EvDeleting      = "deleting"        // deletion of the VM starts
+	EvDeleted       = "deleted"         // the VM and everything it had are gone
+	EvRecovered     = "recovered"       // a process took the VM over to resume it
+)
+
+// VM is a VM as the journal knows it.
+type VM struct {
+	Name          string                `json:"name"`
+	Cluster       string                `json:"cluster,omitempty"`
+	State         State                 `json:"state"`
+	Phase         string                `json:"phase,omitempty"`
+	Attempt       int                   `json:"attempt"`
+	Provider      string                `json:"provider,omitempty"`
+	Location      provider.Location     `json:"location"`
+	InstanceType  string                `json:"instance_type,omitempty"`
+	GPU           string                `json:"gpu,omitempty"`
+	GPUCount      int                   `json:"gpu_count,omitempty"`
+	Spot          bool                  `json:"spot,omitempty"`
+	PricePerHour  float64               `json:"price_per_hour,omitempty"`
+	InstanceID    string                `json:"instance_id,omitempty"`
+	SSH           *provider.SSHEndpoint `json:"ssh,omitempty"`
+	HostKey       string                `json:"host_key,omitempty"`
+	Owner         string                `json:"owner,omitempty"`
+	LeaseExpiry   time.Time             `json:"lease_expiry,omitzero"`
+	LastError     string                `json:"last_error,omitempty"`
+	LastErrorKind string                `json:"last_error_kind,omitempty"`
+	CreatedAt     time.Time             `json:"created_at"`
+	ReadyAt       time.Time             `json:"ready_at,omitzero"`
+	EndedAt       time.Time             `json:"ended_at,omitzero"`
+	Request       Request               `json:"request"`
+}
+
+// Cost returns what the VM has cost so far at its price per hour: from
+// ready until it ended, or until now while it runs.
+func (v *VM) Cost(now time.Time) float64 {
+	if v.ReadyAt.IsZero() {
+		return 0
+	}
+	end := now
+	if !v.EndedAt.IsZero() {
+		end = v.EndedAt
+	}
+	if end.Before(v.ReadyAt) {
+		return 0
+	}
+	return end.Sub(v.ReadyAt).Hours() * v.PricePerHour
+}
+
+func vmFromRow(r journal.VM) *VM {
+	v := &VM{
+		Name: r.Name, Cluster: r.Cluster, State: r.State, Phase: r.Phase, Attempt: r.Attempt,
+		Provider: r.Provider, Location: provider.Location{Region: r.Region, Zone: r.Zone},
+		PricePerHour: r.PricePerHour, InstanceID: r.InstanceID, HostKey: r.HostKey,
+		Owner: r.Owner, LeaseExpiry: r.LeaseExpiry, LastError: r.LastError, LastErrorKind: r.LastErrorKind,
+		CreatedAt: r.CreatedAt, ReadyAt: r.ReadyAt, EndedAt: r.EndedAt,
+	}
+	if r.SSHHost != "" {
+		v.SSH = &provider.SSHEndpoint{Host: r.SSHHost, Port: r.SSHPort, User: r.SSHUser}
+	}
+	var o provider.Offer
+	if len(r.Offer) > 0 && json.Unmarshal(r.Offer, &o) == nil {
+		v.InstanceType, v.GPU, v.GPUCount, v.Spot = o.InstanceType, o.GPU, o.GPUCount, o.Spot
+	}
+	// A request that does not parse leaves the zero Request: the row is
+	// still shown, and the engine reports the problem when it drives it.
+	_ = json.Unmarshal(r.Request, &v.Request)
+	return v
+}
