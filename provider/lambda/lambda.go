@@ -1,0 +1,249 @@
+package lambda
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/org/gpuprov/internal/rest"
+	"github.com/org/gpuprov/provider"
+)
+
+// ID is the id the adapter registers under.
+const ID = "lambda"
+
+// DefaultBaseURL is the Lambda Cloud API.
+const DefaultBaseURL = "https://cloud.lambda.ai/api/v1"
+
+// EnvAPIKey is the environment variable the registry factory reads the API
+// key from when the config section has no api_key. New never reads it.
+const EnvAPIKey = "LAMBDA_API_KEY"
+
+// Config is one Lambda Cloud account.
+type Config struct {
+	// APIKey is the account's API key, sent as a bearer token. Required;
+	// never logged.
+	APIKey string
+	// BaseURL overrides DefaultBaseURL.
+	BaseURL string
+	// Regions limit Plan and List; empty means every region.
+	Regions []string
+	// ImageFamily is the image family to launch (e.g. "lambda-stack-22-04");
+	// empty means Lambda's default, the latest Lambda Stack.
+	ImageFamily string
+	// NoFirewall skips the per-VM firewall ruleset (for regions without
+	// rulesets); Capabilities then lists FeatureFirewall.
+	NoFirewall bool
+	// SourceNetwork is the CIDR the VM's ruleset admits; default 0.0.0.0/0.
+	SourceNetwork string
+	// PollInterval, BootTimeout, DeleteTimeout and ConsistencyWindow are
+	// reported by Capabilities; zero means 10s, 20m, 10m and 10s.
+	PollInterval      time.Duration
+	BootTimeout       time.Duration
+	DeleteTimeout     time.Duration
+	ConsistencyWindow time.Duration
+	// RequestTimeout bounds each API call; zero means 30s.
+	RequestTimeout time.Duration
+	// RequestsPerSecond and Burst size the core's token bucket for the
+	// account; zero means Lambda's documented 1 request/s, burst 1.
+	RequestsPerSecond float64
+	Burst             int
+	// LaunchInterval is the least time between two launch requests; zero
+	// means Lambda's documented 12s (5 launches a minute).
+	LaunchInterval time.Duration
+}
+
+// fileConfig is Config as written in a config file.
+type fileConfig struct {
+	APIKey            string   `toml:"api_key" json:"api_key"`
+	BaseURL           string   `toml:"base_url" json:"base_url"`
+	Regions           []string `toml:"regions" json:"regions"`
+	ImageFamily       string   `toml:"image_family" json:"image_family"`
+	NoFirewall        bool     `toml:"no_firewall" json:"no_firewall"`
+	SourceNetwork     string   `toml:"source_network" json:"source_network"`
+	PollInterval      string   `toml:"poll_interval" json:"poll_interval"`
+	BootTimeout       string   `toml:"boot_timeout" json:"boot_timeout"`
+	DeleteTimeout     string   `toml:"delete_timeout" json:"delete_timeout"`
+	ConsistencyWindow string   `toml:"consistency_window" json:"consistency_window"`
+	RequestTimeout    string   `toml:"request_timeout" json:"request_timeout"`
+	RequestsPerSecond float64  `toml:"requests_per_second" json:"requests_per_second"`
+	Burst             int      `toml:"burst" json:"burst"`
+	LaunchInterval    string   `toml:"launch_interval" json:"launch_interval"`
+}
+
+func (f fileConfig) config() (Config, error) {
+	c := Config{APIKey: f.APIKey, BaseURL: f.BaseURL, Regions: f.Regions, ImageFamily: f.ImageFamily,
+		NoFirewall: f.NoFirewall, SourceNetwork: f.SourceNetwork, RequestsPerSecond: f.RequestsPerSecond, Burst: f.Burst}
+	for _, d := range []struct {
+		key string
+		in  string
+		out *time.Duration
+	}{
+		{"poll_interval", f.PollInterval, &c.PollInterval},
+		{"boot_timeout", f.BootTimeout, &c.BootTimeout},
+		{"delete_timeout", f.DeleteTimeout, &c.DeleteTimeout},
+		{"consistency_window", f.ConsistencyWindow, &c.ConsistencyWindow},
+		{"request_timeout", f.RequestTimeout, &c.RequestTimeout},
+		{"launch_interval", f.LaunchInterval, &c.LaunchInterval},
+	} {
+		if d.in == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.in)
+		if err != nil || v < 0 {
+			return c, fmt.Errorf("%s: %q is not a duration such as \"30s\"", d.key, d.in)
+		}
+		*d.out = v
+	}
+	if c.RequestsPerSecond < 0 {
+		return c, fmt.Errorf("requests_per_second: %v is negative", c.RequestsPerSecond)
+	}
+	if c.Burst < 0 {
+		return c, fmt.Errorf("burst: %d is negative", c.Burst)
+	}
+	return c, nil
+}
+
+func init() {
+	provider.Register(ID, func(s provider.Settings) (provider.CloudProvider, error) {
+		var fc fileConfig
+		if err := s.DecodeInto(&fc); err != nil {
+			return nil, fmt.Errorf("lambda: config: %w", err)
+		}
+		cfg, err := fc.config()
+		if err != nil {
+			return nil, fmt.Errorf("lambda: config: %w", err)
+		}
+		if cfg.APIKey == "" {
+			cfg.APIKey = os.Getenv(EnvAPIKey)
+		}
+		return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
+	})
+}
+
+// Provider is one Lambda Cloud account. It is safe for concurrent use.
+type Provider struct {
+	name         string
+	installation string
+	cfg          Config
+	hc           *http.Client
+	api          *rest.Client
+	log          *slog.Logger
+	now          func() time.Time
+
+	mu         sync.Mutex
+	lastLaunch time.Time // the last launch request sent, for LaunchInterval
+}
+
+// Option configures New.
+type Option func(*Provider)
+
+// WithName sets the provider name (default "lambda").
+func WithName(name string) Option { return func(p *Provider) { p.name = name } }
+
+// WithInstallation sets the installation id every instance is tagged with
+// and every Observe and List filters on.
+func WithInstallation(id string) Option { return func(p *Provider) { p.installation = id } }
+
+// WithLogger sets the logger (default: discard). The API key never reaches it.
+func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
+
+// WithHTTP points the provider at baseURL through hc: the test-only way to
+// talk to a mock (httpmock, httptest) instead of Lambda.
+func WithHTTP(baseURL string, hc *http.Client) Option {
+	return func(p *Provider) { p.cfg.BaseURL, p.hc = baseURL, hc }
+}
+
+// WithNow sets the clock the launch pacing reads (default time.Now).
+func WithNow(now func() time.Time) Option { return func(p *Provider) { p.now = now } }
+
+// New returns the provider of cfg. A missing API key is an error.
+func New(cfg Config, opts ...Option) (*Provider, error) {
+	p := &Provider{name: ID, cfg: cfg, now: time.Now}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.name == "" {
+		p.name = ID
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.cfg.APIKey == "" {
+		return nil, fmt.Errorf("lambda: api_key is not set (config key api_key or the %s environment variable)", EnvAPIKey)
+	}
+	if p.cfg.BaseURL == "" {
+		p.cfg.BaseURL = DefaultBaseURL
+	}
+	if !strings.HasPrefix(p.cfg.BaseURL, "https://") && !strings.HasPrefix(p.cfg.BaseURL, "http://") {
+		return nil, fmt.Errorf("lambda: base_url %q is not an http(s) URL", p.cfg.BaseURL)
+	}
+	if p.cfg.SourceNetwork == "" {
+		p.cfg.SourceNetwork = "0.0.0.0/0"
+	}
+	if p.cfg.LaunchInterval == 0 {
+		p.cfg.LaunchInterval = 12 * time.Second
+	}
+	p.api = rest.New(p.cfg.BaseURL, p.cfg.APIKey, p.hc, p.cfg.RequestTimeout)
+	return p, nil
+}
+
+// Name returns the provider name.
+func (p *Provider) Name() string { return p.name }
+
+// Capabilities: no spot, no idempotency token, no zones; user-data (the
+// host key is injected) and per-VM firewall rulesets are supported. The
+// account is paced at Lambda's documented 1 request/s.
+func (p *Provider) Capabilities() provider.Capabilities {
+	c := provider.Capabilities{
+		Unsupported:       []provider.Feature{provider.FeatureSpot, provider.FeatureIdempotencyToken, provider.FeatureZones},
+		BootTimeout:       orDefault(p.cfg.BootTimeout, 20*time.Minute),
+		DeleteTimeout:     orDefault(p.cfg.DeleteTimeout, 10*time.Minute),
+		PollInterval:      orDefault(p.cfg.PollInterval, 10*time.Second),
+		ConsistencyWindow: orDefault(p.cfg.ConsistencyWindow, 10*time.Second),
+		RequestsPerSecond: p.cfg.RequestsPerSecond,
+		Burst:             p.cfg.Burst,
+	}
+	if c.RequestsPerSecond == 0 {
+		c.RequestsPerSecond, c.Burst = 1, 1
+	}
+	if p.cfg.NoFirewall {
+		c.Unsupported = append(c.Unsupported, provider.FeatureFirewall)
+	}
+	return c
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// InstanceName is the name of vm's instance: gpuprov-<vm>.
+func InstanceName(vm string) string { return provider.ResourceName(vm) }
+
+// SideName is the name of vm's SSH key and firewall ruleset:
+// gpuprov-<vm>-<5 characters derived from the installation>, at most 64
+// characters. Keys and rulesets carry no tags, so the installation lives in
+// the name; two journals sharing the account never touch each other's.
+func SideName(vm, installation string) string {
+	return provider.ResourceName(vm) + "-" + installationTag(installation)
+}
+
+func installationTag(installation string) string {
+	sum := sha256.Sum256([]byte(installation))
+	return strings.ToLower(base32.StdEncoding.EncodeToString(sum[:]))[:5]
+}
+
+var (
+	_ provider.CloudProvider = (*Provider)(nil)
+	_ provider.Diagnoser     = (*Provider)(nil)
+	_ provider.Lister        = (*Provider)(nil)
+)

@@ -1,0 +1,444 @@
+// Package lambdamock is a small stateful fake of the Lambda Cloud API for
+// tests, served through an httpmock transport: instances launched are listed
+// and terminated, SSH keys and firewall rulesets are created and deleted,
+// and errors can be scripted per call. It checks the bearer token on every
+// request and records every call for assertions.
+//
+//	mt := httpmock.NewMockTransport()
+//	api := lambdamock.New("key", lambdamock.Type{Name: "gpu_1x_h100_pcie", ...})
+//	api.Register(mt, "https://lambda.test/api/v1")
+//	p, _ := lambda.New(lambda.Config{APIKey: "key"}, lambda.WithHTTP("https://lambda.test/api/v1", &http.Client{Transport: mt}))
+package lambdamock
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/jarcoal/httpmock"
+)
+
+// Type is one instance type of the catalog.
+type Type struct {
+	Name           string
+	GPUDescription string // "H100 (80 GB PCIe)"
+	PriceCents     int
+	GPUs           int
+	VCPUs          int
+	MemoryGiB      int
+	Regions        []string // regions with capacity available
+}
+
+// Instance is an instance of the fake.
+type Instance struct {
+	ID, Name, Status, Region, Type, IP, UserData string
+	SSHKeyNames                                  []string
+	Tags                                         map[string]string
+	Rulesets                                     []string
+	lists                                        int // list calls seen while booting
+}
+
+// Call is one request the fake received.
+type Call struct {
+	Method, Path, Query, Auth string
+	Body                      []byte
+}
+
+// Fault is a scripted error answer for requests matching Method and a path
+// prefix; Times 0 means forever.
+type Fault struct {
+	Method, Path string
+	Status       int
+	Code         string
+	Message      string
+	RetryAfter   string
+	Times        int
+	used         int
+}
+
+// API is the fake. Its fields may be changed between calls under Lock.
+type API struct {
+	mu        sync.Mutex
+	key       string
+	types     []Type
+	instances map[string]*Instance
+	gone      map[string]bool
+	keys      map[string]map[string]string // id → name, public_key
+	rulesets  map[string]map[string]any    // id → name, region, rules
+	calls     []Call
+	faults    []*Fault
+	seq       int
+	// BootLists is how many GET /instances an instance stays booting (default 1).
+	BootLists int
+	// Audit is returned by GET /audit-events.
+	Audit []map[string]any
+}
+
+// New returns a fake accepting key with the catalog types.
+func New(key string, types ...Type) *API {
+	return &API{key: key, types: types, instances: map[string]*Instance{}, gone: map[string]bool{},
+		keys: map[string]map[string]string{}, rulesets: map[string]map[string]any{}, BootLists: 1}
+}
+
+// Fail scripts a fault.
+func (a *API) Fail(f Fault) { a.mu.Lock(); a.faults = append(a.faults, &f); a.mu.Unlock() }
+
+// Calls returns the calls received so far whose method and path match
+// (empty matches all).
+func (a *API) Calls(method, pathPrefix string) []Call {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Call
+	for _, c := range a.calls {
+		if (method == "" || c.Method == method) && strings.HasPrefix(c.Path, pathPrefix) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Instances returns copies of the instances not yet terminated.
+func (a *API) Instances() []Instance {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Instance
+	for _, in := range a.instances {
+		out = append(out, *in)
+	}
+	slices.SortFunc(out, func(x, y Instance) int { return strings.Compare(x.ID, y.ID) })
+	return out
+}
+
+// SSHKeys returns the names of the registered keys.
+func (a *API) SSHKeys() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, k := range a.keys {
+		out = append(out, k["name"])
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Rulesets returns the names of the firewall rulesets.
+func (a *API) Rulesets() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, r := range a.rulesets {
+		out = append(out, r["name"].(string))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// SetStatus sets an instance's status ("unhealthy", "preempted", ...).
+func (a *API) SetStatus(id, status string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if in, ok := a.instances[id]; ok {
+		in.Status = status
+	}
+}
+
+// Settle boots every booting instance and finishes every termination.
+func (a *API) Settle() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, in := range a.instances {
+		switch in.Status {
+		case "booting":
+			in.Status, in.IP = "active", ipOf(a.seq)
+		case "terminating":
+			delete(a.instances, id)
+			a.gone[id] = true
+		}
+	}
+}
+
+func ipOf(n int) string { return fmt.Sprintf("198.51.100.%d", 10+n%200) }
+
+// Register installs the fake's responders for base on mt.
+func (a *API) Register(mt *httpmock.MockTransport, base string) {
+	base = strings.TrimRight(base, "/")
+	mt.RegisterRegexpResponder(http.MethodGet, regexp.MustCompile("^"+regexp.QuoteMeta(base)+`/.*`), a.serve(base))
+	mt.RegisterRegexpResponder(http.MethodPost, regexp.MustCompile("^"+regexp.QuoteMeta(base)+`/.*`), a.serve(base))
+	mt.RegisterRegexpResponder(http.MethodDelete, regexp.MustCompile("^"+regexp.QuoteMeta(base)+`/.*`), a.serve(base))
+}
+
+func (a *API) serve(base string) httpmock.Responder {
+	return func(r *http.Request) (*http.Response, error) {
+		path := strings.TrimPrefix(r.URL.Path, mustPath(base))
+		var body []byte
+		if r.Body != nil {
+			body, _ = io.ReadAll(r.Body)
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.calls = append(a.calls, Call{Method: r.Method, Path: path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization"), Body: body})
+		if r.Header.Get("Authorization") != "Bearer "+a.key {
+			return apiErr(401, "global/invalid-api-key", "API key was invalid, expired, or deleted.", ""), nil
+		}
+		for _, f := range a.faults {
+			if f.Method == r.Method && strings.HasPrefix(path, f.Path) && (f.Times == 0 || f.used < f.Times) {
+				f.used++
+				return apiErr(f.Status, f.Code, f.Message, f.RetryAfter), nil
+			}
+		}
+		return a.route(r.Method, path, body), nil
+	}
+}
+
+func mustPath(base string) string {
+	i := strings.Index(base, "://")
+	if j := strings.Index(base[i+3:], "/"); j >= 0 {
+		return base[i+3+j:]
+	}
+	return ""
+}
+
+func apiErr(status int, code, msg, retryAfter string) *http.Response {
+	resp := httpmock.NewStringResponse(status, fmt.Sprintf(`{"error":{"code":%q,"message":%q}}`, code, msg))
+	resp.Header.Set("Content-Type", "application/json")
+	if retryAfter != "" {
+		resp.Header.Set("Retry-After", retryAfter)
+	}
+	return resp
+}
+
+func data(v any) *http.Response {
+	b, _ := json.Marshal(map[string]any{"data": v})
+	resp := httpmock.NewBytesResponse(200, b)
+	resp.Header.Set("Content-Type", "application/json")
+	return resp
+}
+
+func (a *API) route(method, path string, body []byte) *http.Response {
+	switch {
+	case method == http.MethodGet && path == "/instance-types":
+		return a.instanceTypes()
+	case method == http.MethodGet && path == "/instances":
+		return a.list()
+	case method == http.MethodGet && strings.HasPrefix(path, "/instances/"):
+		id := strings.TrimPrefix(path, "/instances/")
+		if in, ok := a.instances[id]; ok {
+			return data(a.wire(in))
+		}
+		return apiErr(404, "global/object-does-not-exist", "Specified instance does not exist.", "")
+	case method == http.MethodPost && path == "/instance-operations/launch":
+		return a.launch(body)
+	case method == http.MethodPost && path == "/instance-operations/terminate":
+		return a.terminate(body)
+	case method == http.MethodGet && path == "/ssh-keys":
+		var out []map[string]string
+		for id, k := range a.keys {
+			out = append(out, map[string]string{"id": id, "name": k["name"], "public_key": k["public_key"]})
+		}
+		return data(out)
+	case method == http.MethodPost && path == "/ssh-keys":
+		var in map[string]string
+		if json.Unmarshal(body, &in) != nil || in["name"] == "" || len(in["name"]) > 64 {
+			return apiErr(400, "global/invalid-parameters", "Invalid request data.", "")
+		}
+		for _, k := range a.keys {
+			if k["name"] == in["name"] {
+				return apiErr(400, "global/invalid-parameters", "An SSH key with this name already exists.", "")
+			}
+		}
+		a.seq++
+		id := fmt.Sprintf("key%04d", a.seq)
+		a.keys[id] = map[string]string{"name": in["name"], "public_key": in["public_key"]}
+		return data(map[string]string{"id": id, "name": in["name"], "public_key": in["public_key"]})
+	case method == http.MethodDelete && strings.HasPrefix(path, "/ssh-keys/"):
+		id := strings.TrimPrefix(path, "/ssh-keys/")
+		if _, ok := a.keys[id]; !ok {
+			return apiErr(404, "global/not-found", "The requested resource was not found.", "")
+		}
+		delete(a.keys, id)
+		return data(map[string]any{})
+	case method == http.MethodGet && path == "/firewall-rulesets":
+		var out []map[string]any
+		for id, r := range a.rulesets {
+			out = append(out, map[string]any{"id": id, "name": r["name"], "region": map[string]string{"name": r["region"].(string)},
+				"rules": r["rules"], "instance_ids": a.usersOf(id)})
+		}
+		return data(out)
+	case method == http.MethodPost && path == "/firewall-rulesets":
+		var in map[string]any
+		if json.Unmarshal(body, &in) != nil || in["name"] == nil || in["region"] == nil {
+			return apiErr(400, "global/invalid-parameters", "Invalid request data.", "")
+		}
+		a.seq++
+		id := fmt.Sprintf("rs%04d", a.seq)
+		a.rulesets[id] = in
+		return data(map[string]any{"id": id, "name": in["name"], "region": map[string]any{"name": in["region"]}, "rules": in["rules"]})
+	case method == http.MethodDelete && strings.HasPrefix(path, "/firewall-rulesets/"):
+		id := strings.TrimPrefix(path, "/firewall-rulesets/")
+		if _, ok := a.rulesets[id]; !ok {
+			return apiErr(404, "global/object-does-not-exist", "Firewall ruleset does not exist.", "")
+		}
+		if len(a.usersOf(id)) > 0 {
+			return apiErr(400, "firewall-rulesets/firewall-ruleset-in-use", "Firewall ruleset is in use by one or more instances.", "")
+		}
+		delete(a.rulesets, id)
+		return data(map[string]any{})
+	case method == http.MethodGet && path == "/audit-events":
+		b, _ := json.Marshal(map[string]any{"data": a.Audit, "page_token": nil})
+		return httpmock.NewBytesResponse(200, b)
+	}
+	return apiErr(404, "global/not-found", "The requested resource was not found.", "")
+}
+
+func (a *API) usersOf(rulesetID string) []string {
+	out := []string{}
+	for id, in := range a.instances {
+		if slices.Contains(in.Rulesets, rulesetID) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (a *API) instanceTypes() *http.Response {
+	out := map[string]any{}
+	for _, t := range a.types {
+		regions := []map[string]string{}
+		for _, r := range t.Regions {
+			regions = append(regions, map[string]string{"name": r, "description": r})
+		}
+		out[t.Name] = map[string]any{
+			"instance_type": map[string]any{"name": t.Name, "description": t.GPUDescription, "gpu_description": t.GPUDescription,
+				"price_cents_per_hour": t.PriceCents, "specs": map[string]int{"gpus": t.GPUs, "vcpus": t.VCPUs, "memory_gib": t.MemoryGiB, "storage_gib": 512}},
+			"regions_with_capacity_available": regions,
+		}
+	}
+	return data(out)
+}
+
+func (a *API) list() *http.Response {
+	out := []map[string]any{}
+	ids := make([]string, 0, len(a.instances))
+	for id := range a.instances {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		in := a.instances[id]
+		if in.Status == "booting" && in.lists >= a.BootLists {
+			in.Status, in.IP = "active", ipOf(len(a.instances)+len(a.gone))
+		}
+		out = append(out, a.wire(in))
+		switch in.Status {
+		case "booting":
+			in.lists++
+		case "terminating":
+			delete(a.instances, id)
+			a.gone[id] = true
+		}
+	}
+	return data(out)
+}
+
+func (a *API) wire(in *Instance) map[string]any {
+	tags := []map[string]string{}
+	keys := make([]string, 0, len(in.Tags))
+	for k := range in.Tags {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		tags = append(tags, map[string]string{"key": k, "value": in.Tags[k]})
+	}
+	rs := []map[string]string{}
+	for _, id := range in.Rulesets {
+		rs = append(rs, map[string]string{"id": id})
+	}
+	return map[string]any{"id": in.ID, "name": in.Name, "ip": in.IP, "status": in.Status, "ssh_key_names": in.SSHKeyNames,
+		"region":        map[string]string{"name": in.Region, "description": in.Region},
+		"instance_type": map[string]any{"name": in.Type}, "tags": tags, "firewall_rulesets": rs,
+		"file_system_names": []string{}, "actions": map[string]any{}}
+}
+
+func (a *API) launch(body []byte) *http.Response {
+	var in struct {
+		RegionName       string              `json:"region_name"`
+		InstanceTypeName string              `json:"instance_type_name"`
+		SSHKeyNames      []string            `json:"ssh_key_names"`
+		Name             string              `json:"name"`
+		UserData         string              `json:"user_data"`
+		Tags             []map[string]string `json:"tags"`
+		FirewallRulesets []map[string]string `json:"firewall_rulesets"`
+	}
+	if json.Unmarshal(body, &in) != nil || in.RegionName == "" || in.InstanceTypeName == "" || len(in.SSHKeyNames) != 1 || len(in.Name) > 64 {
+		return apiErr(400, "global/invalid-parameters", "Invalid request data.", "")
+	}
+	found := false
+	for _, t := range a.types {
+		if t.Name == in.InstanceTypeName {
+			found = true
+			if !slices.Contains(t.Regions, in.RegionName) {
+				return apiErr(400, "instance-operations/launch/insufficient-capacity", "Not enough capacity to fulfill launch request.", "")
+			}
+		}
+	}
+	if !found {
+		return apiErr(404, "global/object-does-not-exist", "Instance type does not exist.", "")
+	}
+	if !slices.ContainsFunc(a.keyNames(), func(n string) bool { return n == in.SSHKeyNames[0] }) {
+		return apiErr(404, "global/object-does-not-exist", "SSH key does not exist.", "")
+	}
+	inst := &Instance{Name: in.Name, Status: "booting", Region: in.RegionName, Type: in.InstanceTypeName,
+		UserData: in.UserData, SSHKeyNames: in.SSHKeyNames, Tags: map[string]string{}}
+	for _, t := range in.Tags {
+		inst.Tags[t["key"]] = t["value"]
+	}
+	for _, r := range in.FirewallRulesets {
+		rs, ok := a.rulesets[r["id"]]
+		if !ok {
+			return apiErr(404, "global/object-does-not-exist", "Firewall ruleset does not exist.", "")
+		}
+		if rs["region"] != in.RegionName {
+			return apiErr(400, "global/invalid-parameters", "Firewall ruleset is in another region.", "")
+		}
+		inst.Rulesets = append(inst.Rulesets, r["id"])
+	}
+	a.seq++
+	inst.ID = fmt.Sprintf("%032x", a.seq)
+	a.instances[inst.ID] = inst
+	return data(map[string][]string{"instance_ids": {inst.ID}})
+}
+
+// keyNames is SSHKeys for callers holding the lock.
+func (a *API) keyNames() []string {
+	var out []string
+	for _, k := range a.keys {
+		out = append(out, k["name"])
+	}
+	return out
+}
+
+func (a *API) terminate(body []byte) *http.Response {
+	var in struct {
+		InstanceIDs []string `json:"instance_ids"`
+	}
+	if json.Unmarshal(body, &in) != nil || len(in.InstanceIDs) == 0 {
+		return apiErr(400, "global/invalid-parameters", "Invalid request data.", "")
+	}
+	for _, id := range in.InstanceIDs {
+		if _, ok := a.instances[id]; !ok {
+			return apiErr(404, "global/object-does-not-exist", "Specified instance does not exist.", "")
+		}
+	}
+	var out []map[string]any
+	for _, id := range in.InstanceIDs {
+		a.instances[id].Status = "terminating"
+		out = append(out, a.wire(a.instances[id]))
+	}
+	return data(map[string]any{"terminated_instances": out})
+}

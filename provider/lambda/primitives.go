@@ -1,0 +1,364 @@
+package lambda
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/org/gpuprov/provider"
+)
+
+// offerDetail is Offer.Detail: Lambda's own ids for the launch.
+type offerDetail struct {
+	InstanceType string `json:"instance_type"`
+	Region       string `json:"region"`
+}
+
+// prepared is what Prepare returns and Create reads.
+type prepared struct {
+	Region    string `json:"region"`
+	SSHKey    string `json:"ssh_key"`
+	SSHKeyID  string `json:"ssh_key_id"`
+	RulesetID string `json:"firewall_ruleset_id,omitempty"`
+}
+
+// Plan reads GET /instance-types, Lambda's live catalog, and returns one
+// offer per (instance type, region with capacity available): a region
+// without capacity is no offer at all. Offers are cheapest first.
+func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provider.Offer, error) {
+	var out struct {
+		Data map[string]wireInstanceTypeItem `json:"data"`
+	}
+	if err := p.call(ctx, "plan", http.MethodGet, "/instance-types", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	r := *req
+	if len(r.Regions) == 0 {
+		r.Regions = p.cfg.Regions
+	}
+	offers := []provider.Offer{}
+	for _, it := range out.Data {
+		t := it.InstanceType
+		g, ok := gpuOf(t)
+		if !ok || t.Specs.GPUs == 0 {
+			continue
+		}
+		for _, reg := range it.RegionsWithCapacityAvailable {
+			detail, err := json.Marshal(offerDetail{InstanceType: t.Name, Region: reg.Name})
+			if err != nil {
+				return nil, provider.Errorf(provider.Failed, p.name, "plan", "encode offer detail: %w", err)
+			}
+			o := provider.Offer{
+				Provider: p.name, Location: provider.Location{Region: reg.Name}, InstanceType: t.Name,
+				GPU: g.Name, GPUCount: t.Specs.GPUs, GPUMemoryGB: g.MemoryGB, VCPUs: t.Specs.VCPUs,
+				MemoryGB: float64(t.Specs.MemoryGiB), PricePerHour: float64(t.PriceCentsPerHour) / 100, Detail: detail,
+			}
+			if r.Accepts(&o) {
+				offers = append(offers, o)
+			}
+		}
+	}
+	slices.SortStableFunc(offers, func(a, b provider.Offer) int {
+		return cmp.Or(cmp.Compare(a.PricePerHour, b.PricePerHour), cmp.Compare(a.InstanceType, b.InstanceType),
+			cmp.Compare(a.Location.Region, b.Location.Region))
+	})
+	return offers, nil
+}
+
+var (
+	descRE = regexp.MustCompile(`^\s*([A-Za-z0-9 ]+?)\s*\((\d+)\s*GB`)
+	nameRE = regexp.MustCompile(`^gpu_\d+x_(.+)$`)
+)
+
+// gpuOf names the canonical GPU of an instance type: from its GPU
+// description ("H100 (80 GB SXM5)" → H100_80GB), else from its name
+// ("gpu_8x_h100_sxm5" → h100_sxm5).
+func gpuOf(t wireInstanceType) (provider.GPUModel, bool) {
+	if m := descRE.FindStringSubmatch(t.GPUDescription); m != nil {
+		if g, ok := provider.LookupGPU(m[1] + "_" + m[2] + "GB"); ok {
+			return g, true
+		}
+	}
+	if m := nameRE.FindStringSubmatch(t.Name); m != nil {
+		return provider.LookupGPU(m[1])
+	}
+	return provider.GPUModel{}, false
+}
+
+// Prepare registers the VM's SSH key (the first authorized key; Lambda
+// launches take exactly one) and, unless NoFirewall, creates the VM's
+// firewall ruleset in the offer's region admitting SSH and spec.OpenPorts.
+// Both are found by name first, so a second Prepare adopts them.
+func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
+	if len(spec.AuthorizedKeys) == 0 {
+		return nil, provider.Errorf(provider.InvalidRequest, p.name, "prepare", "Lambda launches need an SSH key and the spec has no authorized key")
+	}
+	name := SideName(spec.VM, p.installation)
+	key, err := p.ensureKey(ctx, name, strings.TrimSpace(spec.AuthorizedKeys[0]))
+	if err != nil {
+		return nil, err
+	}
+	prep := prepared{Region: offer.Location.Region, SSHKey: key.Name, SSHKeyID: key.ID}
+	if !p.cfg.NoFirewall {
+		rs, err := p.ensureRuleset(ctx, name, offer.Location.Region, spec.OpenPorts)
+		if err != nil {
+			return nil, err
+		}
+		prep.RulesetID = rs.ID
+	}
+	b, err := json.Marshal(prep)
+	if err != nil {
+		return nil, provider.Errorf(provider.Failed, p.name, "prepare", "encode: %w", err)
+	}
+	return b, nil
+}
+
+func (p *Provider) ensureKey(ctx context.Context, name, public string) (wireSSHKey, error) {
+	var list struct {
+		Data []wireSSHKey `json:"data"`
+	}
+	if err := p.call(ctx, "prepare", http.MethodGet, "/ssh-keys", nil, nil, &list); err != nil {
+		return wireSSHKey{}, err
+	}
+	for _, k := range list.Data {
+		if k.Name != name {
+			continue
+		}
+		if strings.TrimSpace(k.PublicKey) == public {
+			return k, nil
+		}
+		// Ours by name but stale key material: replace it.
+		if err := p.call(ctx, "prepare", http.MethodDelete, "/ssh-keys/"+url.PathEscape(k.ID), nil, nil, nil); err != nil && !isGone(err) {
+			return wireSSHKey{}, err
+		}
+	}
+	var out struct {
+		Data wireSSHKey `json:"data"`
+	}
+	in := wireSSHKey{Name: name, PublicKey: public}
+	if err := p.call(ctx, "prepare", http.MethodPost, "/ssh-keys", nil, in, &out); err != nil {
+		return wireSSHKey{}, err
+	}
+	p.log.Info("lambda: registered ssh key", "provider", p.name, "key", name)
+	return out.Data, nil
+}
+
+func (p *Provider) ensureRuleset(ctx context.Context, name, region string, ports []provider.Port) (wireRuleset, error) {
+	var list struct {
+		Data []wireRuleset `json:"data"`
+	}
+	if err := p.call(ctx, "prepare", http.MethodGet, "/firewall-rulesets", nil, nil, &list); err != nil {
+		return wireRuleset{}, err
+	}
+	for _, rs := range list.Data {
+		if rs.Name == name && rs.Region.Name == region {
+			return rs, nil
+		}
+	}
+	rules := []wireRule{{Protocol: "tcp", PortRange: []int{22, 22}, SourceNetwork: p.cfg.SourceNetwork, Description: "gpuprov: ssh"}}
+	for _, pt := range ports {
+		rules = append(rules, wireRule{Protocol: pt.Protocol, PortRange: []int{pt.Number, pt.Number},
+			SourceNetwork: p.cfg.SourceNetwork, Description: "gpuprov: " + pt.String()})
+	}
+	var out struct {
+		Data wireRuleset `json:"data"`
+	}
+	in := map[string]any{"name": name, "region": region, "rules": rules}
+	if err := p.call(ctx, "prepare", http.MethodPost, "/firewall-rulesets", nil, in, &out); err != nil {
+		return wireRuleset{}, err
+	}
+	p.log.Info("lambda: created firewall ruleset", "provider", p.name, "ruleset", name, "region", region)
+	return out.Data, nil
+}
+
+// Create first lists the instances and adopts one that already carries the
+// VM's identity in the offer's region (Lambda has no idempotency key, so a
+// replayed create must not launch a second machine). Otherwise it sends one
+// POST /instance-operations/launch named gpuprov-<vm>, tagged with the
+// identity, with the cloud-init user-data (host key, authorized keys), the
+// registered key and the VM's ruleset. Launches are paced at
+// Config.LaunchInterval: a create that comes too early sends nothing and is
+// Transient with RetryAfter set to the time left.
+func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
+	var d offerDetail
+	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.InstanceType == "" || d.Region == "" {
+		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "offer has no Lambda instance type and region in its detail (%s)", offer.Detail)
+	}
+	var pr prepared
+	if err := json.Unmarshal(prep, &pr); err != nil || pr.SSHKey == "" {
+		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "prepared data names no SSH key (%s)", prep)
+	}
+	obs, err := p.Observe(ctx, provider.Location{Region: d.Region}, spec.VM)
+	if err != nil {
+		return "", err
+	}
+	for _, o := range obs {
+		if o.Status == provider.StatusPending || o.Status == provider.StatusRunning {
+			p.log.Info("lambda: adopted existing instance", "provider", p.name, "vm", spec.VM, "instance", o.ID)
+			return o.ID, nil
+		}
+	}
+	if wait := p.launchSlot(); wait > 0 {
+		return "", &provider.Error{Kind: provider.Transient, Op: "create", Provider: p.name, RetryAfter: wait,
+			Err: fmt.Errorf("launch paced: Lambda allows one launch per %s; next in %s", p.cfg.LaunchInterval, wait)}
+	}
+	in := wireLaunch{
+		RegionName: d.Region, InstanceTypeName: d.InstanceType, SSHKeyNames: []string{pr.SSHKey},
+		Name: InstanceName(spec.VM), UserData: provider.CloudInit(spec),
+		Tags: []wireTag{{Key: provider.LabelVM, Value: spec.VM}, {Key: provider.LabelInstallation, Value: p.installation}},
+	}
+	if pr.RulesetID != "" {
+		in.FirewallRulesets = []wireRulesetRef{{ID: pr.RulesetID}}
+	}
+	if img := cmp.Or(spec.Image, p.cfg.ImageFamily); img != "" {
+		in.Image = &wireImageSpec{Family: img}
+	}
+	var out struct {
+		Data struct {
+			InstanceIDs []string `json:"instance_ids"`
+		} `json:"data"`
+	}
+	if err := p.call(ctx, "create", http.MethodPost, "/instance-operations/launch", nil, in, &out); err != nil {
+		return "", err
+	}
+	if len(out.Data.InstanceIDs) == 0 {
+		return "", provider.Errorf(provider.Transient, p.name, "create", "launch answer carries no instance id")
+	}
+	id := out.Data.InstanceIDs[0]
+	p.log.Info("lambda: launched", "provider", p.name, "vm", spec.VM, "instance", id, "type", d.InstanceType, "region", d.Region)
+	return id, nil
+}
+
+// launchSlot reserves the next launch if LaunchInterval has passed since the
+// last one and returns 0, else returns how long is left.
+func (p *Provider) launchSlot() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	if !p.lastLaunch.IsZero() {
+		if left := p.lastLaunch.Add(p.cfg.LaunchInterval).Sub(now); left > 0 {
+			return left
+		}
+	}
+	p.lastLaunch = now
+	return 0
+}
+
+// Observe lists the instances (GET /instances) and returns those named
+// gpuprov-<vm> whose tags carry vm and this installation, in loc's region
+// when loc names one.
+func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string) ([]provider.Observed, error) {
+	ins, err := p.listInstances(ctx, "observe")
+	if err != nil {
+		return nil, err
+	}
+	out := []provider.Observed{}
+	for _, in := range ins {
+		if in.Name != InstanceName(vm) || in.tag(provider.LabelVM) != vm || in.tag(provider.LabelInstallation) != p.installation {
+			continue
+		}
+		if loc.Region != "" && in.Region.Name != loc.Region {
+			continue
+		}
+		if o := observed(in); o.Status != provider.StatusTerminated {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// SSHUser is the login user of Lambda's images.
+const SSHUser = "ubuntu"
+
+func observed(in wireInstance) provider.Observed {
+	o := provider.Observed{
+		ID: in.ID, VM: in.tag(provider.LabelVM), Status: status(in.Status), PublicIP: in.IP, PrivateIP: in.PrivateIP,
+		Location: provider.Location{Region: in.Region.Name}, InstanceType: in.InstanceType.Name, VendorStatus: in.Status,
+	}
+	if o.Status == provider.StatusRunning && in.IP != "" {
+		o.SSH = &provider.SSHEndpoint{Host: in.IP, Port: 22, User: SSHUser}
+	}
+	return o
+}
+
+// status maps Lambda's instance status to the normalized one.
+func status(vendor string) provider.InstanceStatus {
+	switch vendor {
+	case "booting":
+		return provider.StatusPending
+	case "active":
+		return provider.StatusRunning
+	case "unhealthy", "preempted":
+		return provider.StatusFailed
+	case "terminating":
+		return provider.StatusStopping
+	case "terminated":
+		return provider.StatusTerminated
+	}
+	return provider.StatusUnknown
+}
+
+// Delete terminates each id with its own POST /instance-operations/terminate
+// (one unknown id would fail a request naming several); a 404 is success.
+// It tries every id and returns the first error.
+func (p *Provider) Delete(ctx context.Context, loc provider.Location, vm string, ids []string) error {
+	var first error
+	for _, id := range ids {
+		err := p.call(ctx, "delete", http.MethodPost, "/instance-operations/terminate", nil,
+			map[string][]string{"instance_ids": {id}}, nil)
+		if err != nil && !isGone(err) && first == nil {
+			first = err
+		}
+		if err == nil {
+			p.log.Info("lambda: terminate requested", "provider", p.name, "vm", vm, "instance", id)
+		}
+	}
+	return first
+}
+
+// Cleanup deletes the VM's firewall ruleset in loc and its SSH key; what is
+// gone already is success. A ruleset or key still held by a terminating
+// instance is answered ...-in-use, which is Transient.
+func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string) error {
+	name := SideName(vm, p.installation)
+	var rs struct {
+		Data []wireRuleset `json:"data"`
+	}
+	if err := p.call(ctx, "cleanup", http.MethodGet, "/firewall-rulesets", nil, nil, &rs); err != nil {
+		return err
+	}
+	for _, r := range rs.Data {
+		if r.Name != name || (loc.Region != "" && r.Region.Name != loc.Region) {
+			continue
+		}
+		if err := p.call(ctx, "cleanup", http.MethodDelete, "/firewall-rulesets/"+url.PathEscape(r.ID), nil, nil, nil); err != nil && !isGone(err) {
+			return err
+		}
+	}
+	var keys struct {
+		Data []wireSSHKey `json:"data"`
+	}
+	if err := p.call(ctx, "cleanup", http.MethodGet, "/ssh-keys", nil, nil, &keys); err != nil {
+		return err
+	}
+	for _, k := range keys.Data {
+		if k.Name != name {
+			continue
+		}
+		if err := p.call(ctx, "cleanup", http.MethodDelete, "/ssh-keys/"+url.PathEscape(k.ID), nil, nil, nil); err != nil && !isGone(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// UnknownID returns an id shaped like Lambda's that no instance has, for
+// the conformance kit.
+func (p *Provider) UnknownID() string { return "0000000000000000000000000000dead" }

@@ -1,0 +1,243 @@
+package primeintellect
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/org/gpuprov/internal/rest"
+	"github.com/org/gpuprov/provider"
+)
+
+// ID is the id the adapter registers under.
+const ID = "primeintellect"
+
+// DefaultBaseURL is the Prime Intellect API.
+const DefaultBaseURL = "https://api.primeintellect.ai/api/v1"
+
+// EnvAPIKey is the environment variable the registry factory reads the API
+// key from when the config section has no api_key. New never reads it.
+const EnvAPIKey = "PRIME_API_KEY"
+
+// Config is one Prime Intellect account (or team).
+type Config struct {
+	// APIKey is the account's API key, sent as a bearer token. Required;
+	// never logged. It needs the Instances read/write and SSH keys scopes.
+	APIKey string
+	// BaseURL overrides DefaultBaseURL.
+	BaseURL string
+	// TeamID creates pods for a team instead of the key's user.
+	TeamID string
+	// Regions limit Plan and List to these Prime regions (united_states,
+	// eu_west, ...); empty means every region.
+	Regions []string
+	// Security limits offers to "secure_cloud" or "community_cloud"; empty
+	// means both.
+	Security string
+	// Image is the environment image (default "ubuntu_22_cuda_12"); an offer
+	// whose images do not include it is skipped.
+	Image string
+	// DiskGB is the disk to ask for; zero means the offer's default.
+	DiskGB int
+	// PollInterval, BootTimeout, DeleteTimeout and ConsistencyWindow are
+	// reported by Capabilities; zero means 10s, 30m, 10m and 15s.
+	PollInterval      time.Duration
+	BootTimeout       time.Duration
+	DeleteTimeout     time.Duration
+	ConsistencyWindow time.Duration
+	// RequestTimeout bounds each API call; zero means 30s.
+	RequestTimeout time.Duration
+	// RequestsPerSecond and Burst size the core's token bucket; zero means
+	// 1 request/s with a burst of 3 (Prime publishes no limit).
+	RequestsPerSecond float64
+	Burst             int
+}
+
+type fileConfig struct {
+	APIKey            string   `toml:"api_key" json:"api_key"`
+	BaseURL           string   `toml:"base_url" json:"base_url"`
+	TeamID            string   `toml:"team_id" json:"team_id"`
+	Regions           []string `toml:"regions" json:"regions"`
+	Security          string   `toml:"security" json:"security"`
+	Image             string   `toml:"image" json:"image"`
+	DiskGB            int      `toml:"disk_gb" json:"disk_gb"`
+	PollInterval      string   `toml:"poll_interval" json:"poll_interval"`
+	BootTimeout       string   `toml:"boot_timeout" json:"boot_timeout"`
+	DeleteTimeout     string   `toml:"delete_timeout" json:"delete_timeout"`
+	ConsistencyWindow string   `toml:"consistency_window" json:"consistency_window"`
+	RequestTimeout    string   `toml:"request_timeout" json:"request_timeout"`
+	RequestsPerSecond float64  `toml:"requests_per_second" json:"requests_per_second"`
+	Burst             int      `toml:"burst" json:"burst"`
+}
+
+func (f fileConfig) config() (Config, error) {
+	c := Config{APIKey: f.APIKey, BaseURL: f.BaseURL, TeamID: f.TeamID, Regions: f.Regions, Security: f.Security,
+		Image: f.Image, DiskGB: f.DiskGB, RequestsPerSecond: f.RequestsPerSecond, Burst: f.Burst}
+	for _, d := range []struct {
+		key string
+		in  string
+		out *time.Duration
+	}{
+		{"poll_interval", f.PollInterval, &c.PollInterval},
+		{"boot_timeout", f.BootTimeout, &c.BootTimeout},
+		{"delete_timeout", f.DeleteTimeout, &c.DeleteTimeout},
+		{"consistency_window", f.ConsistencyWindow, &c.ConsistencyWindow},
+		{"request_timeout", f.RequestTimeout, &c.RequestTimeout},
+	} {
+		if d.in == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.in)
+		if err != nil || v < 0 {
+			return c, fmt.Errorf("%s: %q is not a duration such as \"30s\"", d.key, d.in)
+		}
+		*d.out = v
+	}
+	switch c.Security {
+	case "", "secure_cloud", "community_cloud":
+	default:
+		return c, fmt.Errorf("security: %q: want \"secure_cloud\" or \"community_cloud\" (empty: both)", c.Security)
+	}
+	if c.DiskGB < 0 {
+		return c, fmt.Errorf("disk_gb: %d is negative", c.DiskGB)
+	}
+	if c.RequestsPerSecond < 0 || c.Burst < 0 {
+		return c, fmt.Errorf("requests_per_second/burst: negative")
+	}
+	return c, nil
+}
+
+func init() {
+	provider.Register(ID, func(s provider.Settings) (provider.CloudProvider, error) {
+		var fc fileConfig
+		if err := s.DecodeInto(&fc); err != nil {
+			return nil, fmt.Errorf("primeintellect: config: %w", err)
+		}
+		cfg, err := fc.config()
+		if err != nil {
+			return nil, fmt.Errorf("primeintellect: config: %w", err)
+		}
+		if cfg.APIKey == "" {
+			cfg.APIKey = os.Getenv(EnvAPIKey)
+		}
+		return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
+	})
+}
+
+// Provider is one Prime Intellect account. It is safe for concurrent use.
+type Provider struct {
+	name         string
+	installation string
+	cfg          Config
+	hc           *http.Client
+	api          *rest.Client
+	log          *slog.Logger
+}
+
+// Option configures New.
+type Option func(*Provider)
+
+// WithName sets the provider name (default "primeintellect").
+func WithName(name string) Option { return func(p *Provider) { p.name = name } }
+
+// WithInstallation sets the installation id encoded in every pod's name and
+// filtered on by Observe and List.
+func WithInstallation(id string) Option { return func(p *Provider) { p.installation = id } }
+
+// WithLogger sets the logger (default: discard). The API key never reaches it.
+func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
+
+// WithHTTP points the provider at baseURL through hc: the test-only way to
+// talk to a mock instead of Prime Intellect.
+func WithHTTP(baseURL string, hc *http.Client) Option {
+	return func(p *Provider) { p.cfg.BaseURL, p.hc = baseURL, hc }
+}
+
+// New returns the provider of cfg. A missing API key is an error.
+func New(cfg Config, opts ...Option) (*Provider, error) {
+	p := &Provider{name: ID, cfg: cfg}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.name == "" {
+		p.name = ID
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.cfg.APIKey == "" {
+		return nil, fmt.Errorf("primeintellect: api_key is not set (config key api_key or the %s environment variable)", EnvAPIKey)
+	}
+	if p.cfg.BaseURL == "" {
+		p.cfg.BaseURL = DefaultBaseURL
+	}
+	if !strings.HasPrefix(p.cfg.BaseURL, "https://") && !strings.HasPrefix(p.cfg.BaseURL, "http://") {
+		return nil, fmt.Errorf("primeintellect: base_url %q is not an http(s) URL", p.cfg.BaseURL)
+	}
+	if p.cfg.Image == "" {
+		p.cfg.Image = "ubuntu_22_cuda_12"
+	}
+	p.api = rest.New(p.cfg.BaseURL, p.cfg.APIKey, p.hc, p.cfg.RequestTimeout)
+	return p, nil
+}
+
+// Name returns the provider name.
+func (p *Provider) Name() string { return p.name }
+
+// Capabilities: no idempotency token, no user-data (the core pins the host
+// key on first contact), no per-VM firewall (ports come from the host's
+// mapping); spot offers and data centers (zones) are supported.
+func (p *Provider) Capabilities() provider.Capabilities {
+	c := provider.Capabilities{
+		Unsupported:       []provider.Feature{provider.FeatureIdempotencyToken, provider.FeatureUserData, provider.FeatureFirewall},
+		BootTimeout:       orDefault(p.cfg.BootTimeout, 30*time.Minute),
+		DeleteTimeout:     orDefault(p.cfg.DeleteTimeout, 10*time.Minute),
+		PollInterval:      orDefault(p.cfg.PollInterval, 10*time.Second),
+		ConsistencyWindow: orDefault(p.cfg.ConsistencyWindow, 15*time.Second),
+		RequestsPerSecond: p.cfg.RequestsPerSecond,
+		Burst:             p.cfg.Burst,
+	}
+	if c.RequestsPerSecond == 0 {
+		c.RequestsPerSecond, c.Burst = 1, 3
+	}
+	return c
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// PodName is the name of vm's pod and SSH key: gpuprov-<vm>-<5 characters
+// derived from the installation>. Prime pods carry no labels and the API
+// does not return a pod's environment, so the installation lives in the name.
+func PodName(vm, installation string) string {
+	return provider.ResourceName(vm) + "-" + installationTag(installation)
+}
+
+func installationTag(installation string) string {
+	sum := sha256.Sum256([]byte(installation))
+	return strings.ToLower(base32.StdEncoding.EncodeToString(sum[:]))[:5]
+}
+
+// vmOf returns the VM a pod name belongs to in installation, or "".
+func vmOf(name, installation string) string {
+	suffix := "-" + installationTag(installation)
+	if !strings.HasPrefix(name, "gpuprov-") || !strings.HasSuffix(name, suffix) {
+		return ""
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(name, "gpuprov-"), suffix)
+}
+
+var (
+	_ provider.CloudProvider = (*Provider)(nil)
+	_ provider.Diagnoser     = (*Provider)(nil)
+	_ provider.Lister        = (*Provider)(nil)
+)

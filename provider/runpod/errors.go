@@ -1,0 +1,112 @@
+package runpod
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/org/gpuprov/internal/rest"
+	"github.com/org/gpuprov/provider"
+)
+
+// APIError is an error answer of RunPod's REST API v2, an RFC 9457 problem:
+// {"title", "status", "detail", "errors"}. It wraps the *rest.Error.
+type APIError struct {
+	Status int
+	Title  string
+	Detail string
+	Errors []string // request-validation failures (422)
+	Err    *rest.Error
+}
+
+func (e *APIError) Error() string {
+	msg := fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Title, e.Detail)
+	if len(e.Errors) > 0 {
+		msg += " (" + strings.Join(e.Errors, "; ") + ")"
+	}
+	return msg
+}
+
+func (e *APIError) Unwrap() error { return e.Err }
+
+func parseError(re *rest.Error) *APIError {
+	e := &APIError{Status: re.Status, Err: re}
+	var w struct {
+		Title   string   `json:"title"`
+		Detail  string   `json:"detail"`
+		Errors  []string `json:"errors"`
+		Message string   `json:"message"` // REST v1's shape
+		Error   string   `json:"error"`
+	}
+	if json.Unmarshal(re.Body, &w) == nil {
+		e.Title, e.Detail, e.Errors = w.Title, w.Detail, w.Errors
+		if e.Detail == "" {
+			e.Detail = w.Message + w.Error
+		}
+	}
+	if e.Title == "" {
+		e.Title = http.StatusText(re.Status)
+	}
+	if e.Detail == "" {
+		e.Detail = strings.TrimSpace(string(re.Body))
+	}
+	return e
+}
+
+// CapacityText is what RunPod answers, as HTTP 400 with no machine-readable
+// code, when a create cannot be placed: "There are no longer any instances
+// available with the requested specifications. Please refresh and try
+// again." It is matched case-insensitively in the problem's detail.
+const CapacityText = "no longer any instances available"
+
+// classifyAPI maps an answer to the failover policy, following the create
+// operation's table in RunPod's v2 OpenAPI description:
+//
+//	400 with CapacityText         Capacity
+//	400 otherwise on create       Unavailable (a rule or this GPU/data center cannot be placed; nothing exists)
+//	400 otherwise                 InvalidRequest
+//	402 insufficient balance      Quota, provider-wide
+//	401                           Credentials
+//	403 on create                 Unavailable (the account cannot use this pool)
+//	403 otherwise                 Credentials
+//	409                           Transient (action not valid for the pod's current status)
+//	422                           InvalidRequest
+//	429, 5xx                      Transient (Retry-After honoured)
+//	anything else                 Failed
+func classifyAPI(name, op string, e *APIError) *provider.Error {
+	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: name, Err: e, RetryAfter: e.Err.RetryAfter}
+	create := op == "create"
+	switch {
+	case e.Status == http.StatusBadRequest && strings.Contains(strings.ToLower(e.Detail), CapacityText):
+		pe.Kind = provider.Capacity
+	case e.Status == http.StatusBadRequest && create:
+		pe.Kind = provider.Unavailable
+	case e.Status == http.StatusBadRequest || e.Status == http.StatusUnprocessableEntity:
+		pe.Kind = provider.InvalidRequest
+	case e.Status == http.StatusPaymentRequired:
+		pe.Kind, pe.Block = provider.Quota, provider.ScopeProvider
+	case e.Status == http.StatusUnauthorized:
+		pe.Kind = provider.Credentials
+	case e.Status == http.StatusForbidden && create:
+		pe.Kind = provider.Unavailable
+	case e.Status == http.StatusForbidden:
+		pe.Kind = provider.Credentials
+	case e.Status == http.StatusConflict || e.Status == http.StatusTooManyRequests || e.Status >= 500:
+		pe.Kind = provider.Transient
+	}
+	return pe
+}
+
+// classify turns a call's error into a *provider.Error; an error without an
+// answer is Transient (the call may have taken effect).
+func (p *Provider) classify(op string, err error) *provider.Error {
+	var re *rest.Error
+	if !errors.As(err, &re) {
+		return &provider.Error{Kind: provider.Transient, Op: op, Provider: p.name, Err: err}
+	}
+	return classifyAPI(p.name, op, parseError(re))
+}
+
+func isGone(err error) bool { return rest.StatusOf(err) == http.StatusNotFound }

@@ -1,0 +1,289 @@
+// Package runpodmock is a small stateful fake of RunPod's REST API v2 for
+// tests, served through an httpmock transport: pods created are listed and
+// deleted, the GPU catalog answers with per-data-center stock, and error
+// answers (RFC 9457 problems) can be scripted. It checks the bearer token
+// and records every call.
+package runpodmock
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/jarcoal/httpmock"
+)
+
+// GPU is one GPU type of the catalog.
+type GPU struct {
+	ID, Name    string
+	Memory      int
+	Secure      float64 // per-GPU price on secure cloud; 0: not offered
+	Community   float64 // likewise on community cloud
+	MaxCount    int
+	DataCenters map[string]string // data center → NONE/LOW/MEDIUM/HIGH
+}
+
+// Pod is a pod of the fake.
+type Pod struct {
+	ID, Name, Status, GPU, Cloud, DataCenter, Image string
+	Count                                           int
+	Env                                             map[string]string
+	Ports                                           []string
+	lists                                           int
+}
+
+// Call is one request the fake received.
+type Call struct {
+	Method, Path, Query, Auth string
+	Body                      []byte
+}
+
+// Fault is a scripted problem answer for requests matching Method and a
+// path prefix; Times 0 means forever.
+type Fault struct {
+	Method, Path string
+	Status       int
+	Detail       string
+	RetryAfter   string
+	Times        int
+	used         int
+}
+
+// API is the fake.
+type API struct {
+	mu     sync.Mutex
+	key    string
+	gpus   []GPU
+	pods   map[string]*Pod
+	calls  []Call
+	faults []*Fault
+	seq    int
+	// BootLists is how many GET /pods a pod spends provisioning, then
+	// running without its SSH port (default 1 each).
+	BootLists int
+}
+
+// New returns a fake accepting key with the catalog.
+func New(key string, gpus ...GPU) *API {
+	return &API{key: key, gpus: gpus, pods: map[string]*Pod{}, BootLists: 1}
+}
+
+// Fail scripts a fault.
+func (a *API) Fail(f Fault) { a.mu.Lock(); a.faults = append(a.faults, &f); a.mu.Unlock() }
+
+// Calls returns the calls matching method and path prefix (empty: all).
+func (a *API) Calls(method, pathPrefix string) []Call {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Call
+	for _, c := range a.calls {
+		if (method == "" || c.Method == method) && strings.HasPrefix(c.Path, pathPrefix) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Pods returns copies of the pods not terminated.
+func (a *API) Pods() []Pod {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Pod
+	for _, p := range a.pods {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(x, y Pod) int { return strings.Compare(x.ID, y.ID) })
+	return out
+}
+
+// SetStatus sets a pod's status (EXITED, ERROR, ...).
+func (a *API) SetStatus(id, status string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p, ok := a.pods[id]; ok {
+		p.Status = status
+		p.lists = 1 << 20
+	}
+}
+
+// Settle makes every provisioning pod run with its SSH port mapped.
+func (a *API) Settle() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.pods {
+		if p.Status == "PROVISIONING" || p.Status == "STARTING" || p.Status == "RUNNING" {
+			p.Status, p.lists = "RUNNING", 1<<20
+		}
+	}
+}
+
+// Register installs the fake's responders for base (the ".../v2" root) on mt.
+func (a *API) Register(mt *httpmock.MockTransport, base string) {
+	base = strings.TrimRight(base, "/")
+	re := regexp.MustCompile("^" + regexp.QuoteMeta(base) + `/.*`)
+	prefix := base[strings.Index(base, "://")+3:]
+	prefix = prefix[strings.Index(prefix+"/", "/"):]
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		mt.RegisterRegexpResponder(m, re, func(r *http.Request) (*http.Response, error) {
+			var body []byte
+			if r.Body != nil {
+				body, _ = io.ReadAll(r.Body)
+			}
+			path := strings.TrimPrefix(r.URL.Path, prefix)
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.calls = append(a.calls, Call{Method: r.Method, Path: path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization"), Body: body})
+			if r.Header.Get("Authorization") != "Bearer "+a.key {
+				return problem(401, "missing bearer token", ""), nil
+			}
+			for _, f := range a.faults {
+				if f.Method == r.Method && strings.HasPrefix(path, f.Path) && (f.Times == 0 || f.used < f.Times) {
+					f.used++
+					return problem(f.Status, f.Detail, f.RetryAfter), nil
+				}
+			}
+			return a.route(r, path, body), nil
+		})
+	}
+}
+
+// CapacityDetail is the detail RunPod answers a create it cannot place with.
+const CapacityDetail = "There are no longer any instances available with the requested specifications. Please refresh and try again."
+
+func problem(status int, detail, retryAfter string) *http.Response {
+	b, _ := json.Marshal(map[string]any{"title": http.StatusText(status), "status": status, "detail": detail})
+	resp := httpmock.NewBytesResponse(status, b)
+	resp.Header.Set("Content-Type", "application/problem+json")
+	if retryAfter != "" {
+		resp.Header.Set("Retry-After", retryAfter)
+	}
+	return resp
+}
+
+func js(status int, v any) *http.Response {
+	b, _ := json.Marshal(v)
+	resp := httpmock.NewBytesResponse(status, b)
+	resp.Header.Set("Content-Type", "application/json")
+	return resp
+}
+
+func (a *API) route(r *http.Request, path string, body []byte) *http.Response {
+	switch {
+	case r.Method == http.MethodGet && path == "/catalog/gpus":
+		return a.catalog(r)
+	case r.Method == http.MethodGet && path == "/pods":
+		ids := make([]string, 0, len(a.pods))
+		for id := range a.pods {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		out := []map[string]any{}
+		for _, id := range ids {
+			p := a.pods[id]
+			p.lists++
+			switch {
+			case p.Status == "PROVISIONING" && p.lists > a.BootLists:
+				p.Status, p.lists = "RUNNING", 0
+			}
+			out = append(out, wire(p, a.BootLists))
+		}
+		return js(200, map[string]any{"pods": out})
+	case r.Method == http.MethodPost && path == "/pods":
+		return a.create(body)
+	case r.Method == http.MethodGet && strings.HasPrefix(path, "/pods/"):
+		if p, ok := a.pods[strings.TrimPrefix(path, "/pods/")]; ok {
+			return js(200, wire(p, a.BootLists))
+		}
+		return problem(404, "pod not found", "")
+	case r.Method == http.MethodDelete && strings.HasPrefix(path, "/pods/"):
+		id := strings.TrimPrefix(path, "/pods/")
+		if _, ok := a.pods[id]; !ok {
+			return problem(404, "pod not found", "")
+		}
+		delete(a.pods, id)
+		return httpmock.NewStringResponse(204, "")
+	}
+	return problem(404, "resource not found", "")
+}
+
+func (a *API) catalog(r *http.Request) *http.Response {
+	q := r.URL.Query()
+	if q.Get("include") == "AVAILABILITY" && q.Get("product") == "" {
+		return problem(400, "product is required with include=AVAILABILITY", "")
+	}
+	cloud := q.Get("cloud")
+	out := []map[string]any{}
+	for _, g := range a.gpus {
+		dcs := []map[string]string{}
+		for id, av := range g.DataCenters {
+			if av != "NONE" {
+				dcs = append(dcs, map[string]string{"id": id, "name": id, "availability": av})
+			}
+		}
+		slices.SortFunc(dcs, func(x, y map[string]string) int { return strings.Compare(x["id"], y["id"]) })
+		secure, community := g.Secure > 0, g.Community > 0
+		item := map[string]any{"id": g.ID, "name": g.Name, "memory": g.Memory, "secure": secure, "community": community,
+			"price":    map[string]float64{"secure": g.Secure, "community": g.Community},
+			"maxCount": map[string]int{"secure": g.MaxCount, "community": g.MaxCount}, "availability": "HIGH"}
+		if (cloud == "COMMUNITY" && community) || (cloud != "COMMUNITY" && secure) {
+			item["dataCenters"] = dcs
+		}
+		out = append(out, item)
+	}
+	return js(200, map[string]any{"gpus": out})
+}
+
+func wire(p *Pod, bootLists int) map[string]any {
+	w := map[string]any{"id": p.ID, "name": p.Name, "status": p.Status, "env": p.Env, "ports": p.Ports,
+		"cloud": p.Cloud, "dataCenterId": p.DataCenter, "image": p.Image, "cost": 1.0, "createdAt": "2026-01-01T00:00:00Z",
+		"gpu": map[string]any{"id": p.GPU, "count": p.Count}, "runtime": nil}
+	if p.Status == "RUNNING" {
+		ports := []map[string]any{}
+		if p.lists >= bootLists && slices.Contains(p.Ports, "22/tcp") {
+			ports = append(ports, map[string]any{"private": 22, "public": 40022, "type": "tcp", "ip": "192.0.2.44"})
+		}
+		w["runtime"] = map[string]any{"uptime": 10, "ports": ports}
+	}
+	return w
+}
+
+func (a *API) create(body []byte) *http.Response {
+	var in struct {
+		Name, Image, Cloud string
+		GPU                struct {
+			ID    string
+			Count int
+		}
+		DataCenterIDs []string
+		Ports         []string
+		Env           map[string]string
+	}
+	if err := json.Unmarshal(body, &in); err != nil || in.Name == "" || in.Image == "" || in.GPU.ID == "" {
+		return problem(422, "Request validation failed.", "")
+	}
+	dc := ""
+	for _, g := range a.gpus {
+		if g.ID != in.GPU.ID {
+			continue
+		}
+		for _, d := range in.DataCenterIDs {
+			if av := g.DataCenters[d]; av != "" && av != "NONE" {
+				dc = d
+				break
+			}
+		}
+	}
+	if dc == "" {
+		return problem(400, CapacityDetail, "")
+	}
+	a.seq++
+	p := &Pod{ID: fmt.Sprintf("pod%010d", a.seq), Name: in.Name, Status: "PROVISIONING", GPU: in.GPU.ID, Count: max(in.GPU.Count, 1),
+		Cloud: in.Cloud, DataCenter: dc, Image: in.Image, Env: in.Env, Ports: in.Ports}
+	a.pods[p.ID] = p
+	return js(201, wire(p, a.BootLists))
+}
