@@ -1,0 +1,189 @@
+package gcp
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/google/uuid"
+
+	"github.com/org/gpuprov/provider"
+)
+
+// requestNamespace is the UUIDv5 namespace of request ids derived from
+// tokens that are not UUIDs themselves.
+var requestNamespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/org/gpuprov/provider/gcp#requestId"))
+
+// requestID is the insert's requestId: spec.IdempotencyToken when it is a
+// non-zero UUID (the core derives a UUIDv5 from installation, VM and
+// attempt), else a UUIDv5 derived from it deterministically, so a replay of
+// the same attempt carries the same id and GCE ignores it (for at least 60
+// minutes).
+func requestID(spec *provider.InstanceSpec) string {
+	if u, err := uuid.Parse(spec.IdempotencyToken); err == nil && u != uuid.Nil {
+		return u.String()
+	}
+	seed := spec.IdempotencyToken
+	if seed == "" {
+		seed = spec.Installation + "/" + spec.VM + "/" + strconv.Itoa(spec.Attempt)
+	}
+	return uuid.NewSHA1(requestNamespace, []byte(seed)).String()
+}
+
+// Create sends one instances.insert named gpuprov-<vm>, labelled
+// gpuprov=<vm> and gpuprov-installation=<installation>, tagged for the
+// VM's firewall rule, with the requestId, the cloud-init user-data (which
+// carries the injected host key) and the ssh-keys in the instance's
+// metadata. GPU VMs terminate on host maintenance; Spot offers run as
+// provisioningModel SPOT and are deleted when preempted; N1 shapes attach
+// their GPUs as guestAccelerators. It then waits, bounded by
+// OperationTimeout, for the insert operation and reads its error codes:
+// ZONE_RESOURCE_POOL_EXHAUSTED is Capacity blocking the zone, QUOTA_EXCEEDED
+// Quota blocking the region (or the project for GPUS_ALL_REGIONS). An
+// insert answered alreadyExists adopts the instance if it carries this
+// VM's labels. It returns the numeric instance id.
+func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
+	var d offerDetail
+	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.MachineType == "" {
+		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "offer has no machine type in its detail (%s)", offer.Detail)
+	}
+	var pr prepared
+	if err := json.Unmarshal(prep, &pr); err != nil || pr.Image == "" || pr.Tag == "" {
+		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "prepared data lacks image or tag (%s)", prep)
+	}
+	zone := offer.Location.Zone
+	if zone == "" {
+		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "offer %s has no zone", offer.Key())
+	}
+	inst := p.instance(offer, d, pr, spec)
+	cctx, cancel := p.call(ctx)
+	op, err := p.instances.Insert(cctx, &computepb.InsertInstanceRequest{
+		Project: p.cfg.Project, Zone: zone, InstanceResource: inst, RequestId: proto(requestID(spec)),
+	}, noRetry)
+	cancel()
+	if err != nil {
+		if isAlreadyExists(err) {
+			return p.adopt(ctx, zone, spec)
+		}
+		return "", p.classify("create", err)
+	}
+	id := ""
+	if t := op.Proto().GetTargetId(); t != 0 {
+		id = strconv.FormatUint(t, 10)
+	}
+	oe, werr := p.wait(ctx, op)
+	switch {
+	case oe != nil && IsCode(oe, "RESOURCE_ALREADY_EXISTS"):
+		return p.adopt(ctx, zone, spec)
+	case oe != nil:
+		return "", p.classifyOp("create", oe)
+	case werr != nil && ctx.Err() != nil:
+		// The caller gave up; the insert was accepted and may land. The
+		// core observes by label before anything else.
+		return "", provider.Errorf(provider.Transient, p.name, "create", "waiting for %s: %w", op.Name(), werr)
+	case werr != nil:
+		// The bounded wait ran out or a poll failed: the insert was
+		// accepted, its outcome shows in Observe.
+		p.log.Warn("gcp: insert accepted, outcome not yet known", "provider", p.name, "vm", spec.VM,
+			"zone", zone, "operation", op.Name(), "err", werr)
+	case op.Proto().GetHttpErrorStatusCode() >= 300:
+		return "", p.classifyOp("create", &OperationError{Operation: op.Name(), HTTPStatus: int(op.Proto().GetHttpErrorStatusCode()),
+			Messages: []string{op.Proto().GetHttpErrorMessage()}})
+	}
+	if id == "" {
+		return p.adopt(ctx, zone, spec)
+	}
+	p.log.Info("gcp: created", "provider", p.name, "vm", spec.VM, "zone", zone, "instance", id,
+		"machine_type", d.MachineType, "spot", offer.Spot)
+	return id, nil
+}
+
+// instance builds the insert body. The user-data holds a private host key:
+// it goes to the API and nowhere else.
+func (p *Provider) instance(offer *provider.Offer, d offerDetail, pr prepared, spec *provider.InstanceSpec) *computepb.Instance {
+	zone := offer.Location.Zone
+	user := spec.SSHUser
+	if user == "" {
+		user = "gpuprov"
+	}
+	var keys []string
+	for _, k := range spec.AuthorizedKeys {
+		keys = append(keys, user+":"+strings.TrimSpace(k))
+	}
+	meta := []*computepb.Items{
+		{Key: proto("user-data"), Value: proto(provider.CloudInit(spec))},
+		{Key: proto("enable-oslogin"), Value: proto("FALSE")},
+		{Key: proto("install-nvidia-driver"), Value: proto("True")},
+	}
+	if len(keys) > 0 {
+		meta = append(meta, &computepb.Items{Key: proto("ssh-keys"), Value: proto(strings.Join(keys, "\n"))})
+	}
+	sched := &computepb.Scheduling{OnHostMaintenance: proto("TERMINATE"), AutomaticRestart: proto(false)}
+	if offer.Spot {
+		sched.ProvisioningModel = proto("SPOT")
+		sched.InstanceTerminationAction = proto("DELETE")
+	}
+	nic := &computepb.NetworkInterface{
+		Network:       proto(pr.Network),
+		AccessConfigs: []*computepb.AccessConfig{{Name: proto("External NAT"), Type: proto("ONE_TO_ONE_NAT")}},
+	}
+	if s := p.subnetworkPath(offer.Location.Region); s != "" {
+		nic.Subnetwork = proto(s)
+	}
+	in := &computepb.Instance{
+		Name:        proto(provider.ResourceName(spec.VM)),
+		MachineType: proto("zones/" + zone + "/machineTypes/" + d.MachineType),
+		Labels:      spec.Labels(),
+		Tags:        &computepb.Tags{Items: []string{pr.Tag}},
+		Metadata:    &computepb.Metadata{Items: meta},
+		Scheduling:  sched,
+		Disks: []*computepb.AttachedDisk{{
+			Boot: proto(true), AutoDelete: proto(true),
+			InitializeParams: &computepb.AttachedDiskInitializeParams{
+				SourceImage: proto(pr.Image), DiskSizeGb: proto(int64(p.cfg.DiskSizeGB)),
+				DiskType: proto("zones/" + zone + "/diskTypes/pd-balanced"), Labels: spec.Labels(),
+			},
+		}},
+		NetworkInterfaces: []*computepb.NetworkInterface{nic},
+	}
+	if d.Accelerator != "" {
+		in.GuestAccelerators = []*computepb.AcceleratorConfig{{
+			AcceleratorType:  proto("zones/" + zone + "/acceleratorTypes/" + d.Accelerator),
+			AcceleratorCount: proto(int32(d.Count)),
+		}}
+	}
+	return in
+}
+
+// adopt returns the id of the instance gpuprov-<vm> in zone if it carries
+// this VM's identity. One that does not (another installation's VM of the
+// same name) is Unavailable: this zone cannot take the VM, nothing was
+// created.
+func (p *Provider) adopt(ctx context.Context, zone string, spec *provider.InstanceSpec) (string, error) {
+	in, err := p.get(ctx, zone, provider.ResourceName(spec.VM))
+	if err != nil {
+		return "", p.classify("create", err)
+	}
+	if !p.ours(in, spec.VM) {
+		return "", provider.Errorf(provider.Unavailable, p.name, "create",
+			"instance %s in %s exists and does not carry the identity of VM %s in installation %s",
+			in.GetName(), zone, spec.VM, p.installation)
+	}
+	p.log.Info("gcp: adopted existing instance", "provider", p.name, "vm", spec.VM, "zone", zone, "instance", in.GetId())
+	return strconv.FormatUint(in.GetId(), 10), nil
+}
+
+// get reads one instance.
+func (p *Provider) get(ctx context.Context, zone, name string) (*computepb.Instance, error) {
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	return p.instances.Get(cctx, &computepb.GetInstanceRequest{Project: p.cfg.Project, Zone: zone, Instance: name}, noRetry)
+}
+
+// ours reports whether in carries vm's identity in this installation.
+func (p *Provider) ours(in *computepb.Instance, vm string) bool {
+	l := in.GetLabels()
+	return l[provider.LabelVM] == vm && l[provider.LabelInstallation] == p.installation
+}

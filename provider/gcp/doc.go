@@ -1,0 +1,53 @@
+// Package gcp is the adapter for Google Compute Engine GPU VMs, built on the
+// REST clients of cloud.google.com/go/compute/apiv1. It registers itself
+// under the id "gcp":
+//
+//	import _ "github.com/org/gpuprov/provider/gcp"
+//
+//	p, err := provider.Build("gcp", provider.Settings{Installation: inst, Decode: ...})
+//
+// with a config section such as
+//
+//	[gcp]
+//	project          = "my-project"          # required
+//	regions          = ["us-central1"]       # or zones = ["us-central1-a"]; default: the whole catalog
+//	credentials_file = "/path/sa.json"       # default: Application Default Credentials
+//	network          = "default"             # and subnetwork
+//	spot             = true                  # offer Spot VMs to requests that accept spot
+//	image            = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
+//	refine           = true                  # ask the API which zones offer each GPU
+//
+// Tests build it with New and WithEndpoint, which points every client at a
+// mock through an *http.Client without authentication.
+//
+// Primitives and the API calls they make:
+//
+//	Plan      the embedded catalog (catalog.json: machine types, GPUs, prices per
+//	          region, zones); with refine, acceleratorTypes.aggregatedList, falling
+//	          back to the catalog's zones when it fails
+//	Prepare   firewalls.insert gpuprov-<vm> (INGRESS tcp:22 + open ports, target
+//	          tag gpuprov-<vm>; alreadyExists adopts) + globalOperations.get;
+//	          images.getFromFamily
+//	Create    instances.insert (requestId, labels, tag, metadata user-data and
+//	          ssh-keys, scheduling, guestAccelerators for N1) + zoneOperations.get
+//	          until DONE, bounded; the operation's error codes decide the kind;
+//	          alreadyExists → instances.get and adopt if the labels are ours
+//	Observe   instances.list in the zone, filter on both identity labels
+//	          (aggregatedList narrowed to the region when the location has no zone)
+//	List      instances.aggregatedList, filter on the installation label
+//	Delete    instances.get (is it still that id?) + instances.delete, one per id;
+//	          404 is success; not waited for
+//	Cleanup   firewalls.delete gpuprov-<vm> + globalOperations.get; 404 is success
+//	Diagnose  instances.get + zoneOperations.list filtered on targetId
+//	          (preempted, hostError, guestTerminate, terminateOnHostMaintenance,
+//	          automaticRestart, migrateOnHostMaintenance), statusMessage,
+//	          lastStopTimestamp
+//
+// Every call is one attempt: the clients' own retryers are turned off with
+// a gax call option on every call, the core is the only retry layer. The
+// insert's one bounded wait reads the error codes from the operation itself
+// after Wait, because Wait reports a failed operation only as an HTTP
+// status. errors.go maps every documented reason and operation code to a
+// provider.ErrorKind. User-data holds the injected host key: it is sent to
+// the API and never logged or journaled.
+package gcp

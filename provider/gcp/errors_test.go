@@ -1,0 +1,134 @@
+package gcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/googleapis/gax-go/v2/apierror"
+	"google.golang.org/api/googleapi"
+
+	"github.com/org/gpuprov/provider"
+)
+
+// TestClassify is the table of synchronous errors: the documented reasons
+// (googleapi.Error.Errors[].Reason) and statuses, wrapped as the REST client
+// wraps them (an *apierror.APIError around a *googleapi.Error).
+func TestClassify(t *testing.T) {
+	p := &Provider{name: "gcp"}
+	for _, tc := range []struct {
+		status  int
+		reason  string
+		message string
+		kind    provider.ErrorKind
+		scope   provider.Scope
+	}{
+		{429, "rateLimitExceeded", "", provider.Transient, provider.ScopeOffer},
+		{403, "rateLimitExceeded", "", provider.Transient, provider.ScopeOffer},
+		{403, "userRateLimitExceeded", "", provider.Transient, provider.ScopeOffer},
+		{500, "backendError", "", provider.Transient, provider.ScopeOffer},
+		{503, "", "", provider.Transient, provider.ScopeOffer},
+		{502, "", "", provider.Transient, provider.ScopeOffer},
+		{400, "resourceNotReady", "", provider.Transient, provider.ScopeOffer},
+		{400, "resourceInUseByAnotherResource", "", provider.Transient, provider.ScopeOffer},
+		{403, "quotaExceeded", "Quota 'NVIDIA_H100_GPUS' exceeded. Limit: 8.0 in region us-east4.", provider.Quota, provider.ScopeRegion},
+		{403, "quotaExceeded", "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally.", provider.Quota, provider.ScopeProvider},
+		{503, "insufficientCapacity", "", provider.Capacity, provider.ScopeZone},
+		{401, "", "Request had invalid authentication credentials.", provider.Credentials, provider.ScopeProvider},
+		{403, "forbidden", "", provider.Credentials, provider.ScopeProvider},
+		{403, "insufficientPermissions", "", provider.Credentials, provider.ScopeProvider},
+		{403, "accessNotConfigured", "Compute Engine API has not been used in project", provider.Credentials, provider.ScopeProvider},
+		{400, "invalid", "", provider.InvalidRequest, provider.ScopeOffer},
+		{400, "required", "", provider.InvalidRequest, provider.ScopeOffer},
+		{400, "", "", provider.InvalidRequest, provider.ScopeOffer},
+		{404, "notFound", "The resource 'projects/p/zones/us-west4-a/acceleratorTypes/nvidia-l4' was not found", provider.Unavailable, provider.ScopeOffer},
+		{404, "notFound", "The resource 'projects/p/zones/us-west4-a/machineTypes/a3-highgpu-8g' was not found", provider.Unavailable, provider.ScopeOffer},
+		{400, "invalid", "Invalid value for field 'zone': 'xx-west9-z'. Unknown zone.", provider.InvalidRequest, provider.ScopeOffer},
+		{404, "notFound", "The resource 'projects/p/global/images/family/nope' was not found", provider.InvalidRequest, provider.ScopeOffer},
+		{404, "notFound", "The resource 'projects/p/zones/z/instances/gpuprov-x' was not found", provider.Failed, provider.ScopeOffer},
+		{409, "alreadyExists", "", provider.Failed, provider.ScopeOffer},
+		{412, "conditionNotMet", "", provider.Failed, provider.ScopeOffer},
+		{418, "teapot", "", provider.Failed, provider.ScopeOffer},
+	} {
+		t.Run(fmt.Sprintf("%d_%s", tc.status, tc.reason), func(t *testing.T) {
+			ge := &googleapi.Error{Code: tc.status, Message: tc.message, Header: http.Header{}}
+			if tc.reason != "" {
+				ge.Errors = []googleapi.ErrorItem{{Reason: tc.reason, Message: tc.message}}
+			}
+			wrapped, ok := apierror.FromError(ge)
+			if !ok {
+				t.Fatal("apierror.FromError")
+			}
+			pe := p.classify("create", wrapped)
+			if pe.Kind != tc.kind || pe.Scope() != tc.scope {
+				t.Fatalf("got %s/%s, want %s/%s", pe.Kind, pe.Scope(), tc.kind, tc.scope)
+			}
+			var back *googleapi.Error
+			if !errors.As(pe, &back) || back.Code != tc.status || !errors.Is(pe, tc.kind) {
+				t.Fatalf("%v does not wrap the API error", pe)
+			}
+		})
+	}
+}
+
+func TestClassifyRetryAfterAndTransport(t *testing.T) {
+	p := &Provider{name: "gcp"}
+	ge := &googleapi.Error{Code: 429, Header: http.Header{"Retry-After": {"7"}}}
+	if pe := p.classify("observe", ge); pe.Kind != provider.Transient || pe.RetryAfter != 7*time.Second {
+		t.Fatalf("%s %s", pe.Kind, pe.RetryAfter)
+	}
+	for _, err := range []error{context.DeadlineExceeded, fmt.Errorf("dial tcp: connection refused"), errors.New("unexpected EOF")} {
+		if pe := p.classify("create", err); pe.Kind != provider.Transient {
+			t.Errorf("%v: %s, want transient", err, pe.Kind)
+		}
+	}
+	if pe := p.classify("create", errors.New("proto: cannot parse")); pe.Kind != provider.Failed {
+		t.Errorf("an unclassified error is %s, want failed", pe.Kind)
+	}
+}
+
+// TestClassifyOp is the table of operation error codes read after Wait.
+func TestClassifyOp(t *testing.T) {
+	p := &Provider{name: "gcp"}
+	for _, tc := range []struct {
+		code, message, metric string
+		kind                  provider.ErrorKind
+		scope                 provider.Scope
+	}{
+		{"ZONE_RESOURCE_POOL_EXHAUSTED", "", "", provider.Capacity, provider.ScopeZone},
+		{"ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "", "", provider.Capacity, provider.ScopeZone},
+		{"UNSUPPORTED_OPERATION", "", "", provider.Capacity, provider.ScopeOffer},
+		{"RESOURCE_NOT_FOUND", "", "", provider.Capacity, provider.ScopeOffer},
+		{"QUOTA_EXCEEDED", "Quota 'CPUS' exceeded. Limit: 24.0 in region us-central1.", "compute.googleapis.com/cpus", provider.Quota, provider.ScopeRegion},
+		{"QUOTA_EXCEEDED", "Quota exceeded", "compute.googleapis.com/gpus_all_regions", provider.Quota, provider.ScopeProvider},
+		{"RESOURCE_OPERATION_RATE_EXCEEDED", "", "", provider.Transient, provider.ScopeOffer},
+		{"RESOURCE_NOT_READY", "", "", provider.Transient, provider.ScopeOffer},
+		{"INTERNAL_ERROR", "", "", provider.Transient, provider.ScopeOffer},
+		{"RESOURCE_IN_USE_BY_ANOTHER_RESOURCE", "", "", provider.Transient, provider.ScopeOffer},
+		{"INVALID_FIELD_VALUE", "", "", provider.InvalidRequest, provider.ScopeOffer},
+		{"IAM_PERMISSION_DENIED", "", "", provider.Credentials, provider.ScopeProvider},
+		{"CONDITION_NOT_MET", "", "", provider.Failed, provider.ScopeOffer},
+		{"NEVER_SEEN_BEFORE", "", "", provider.Failed, provider.ScopeOffer},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			e := &computepb.Errors{Code: &tc.code, Message: &tc.message}
+			if tc.metric != "" {
+				e.ErrorDetails = []*computepb.ErrorDetails{{QuotaInfo: &computepb.QuotaExceededInfo{MetricName: &tc.metric}}}
+			}
+			status := int32(400)
+			op := &computepb.Operation{Name: proto("operation-1"), HttpErrorStatusCode: &status,
+				Error: &computepb.Error{Errors: []*computepb.Errors{e}}}
+			pe := p.classifyOp("create", operationError(op))
+			if pe.Kind != tc.kind || pe.Scope() != tc.scope || !IsCode(pe, tc.code) {
+				t.Fatalf("got %s/%s, want %s/%s", pe.Kind, pe.Scope(), tc.kind, tc.scope)
+			}
+		})
+	}
+	if operationError(&computepb.Operation{}) != nil {
+		t.Fatal("an operation without errors has an error")
+	}
+}

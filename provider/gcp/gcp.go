@@ -1,0 +1,390 @@
+package gcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	compute "cloud.google.com/go/compute/apiv1"
+	"github.com/googleapis/gax-go/v2"
+	"google.golang.org/api/option"
+
+	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/gcp/internal/catalog"
+)
+
+// ID is the id the adapter registers under.
+const ID = "gcp"
+
+// DefaultImage is the boot image when neither the config nor the request
+// names one: the newest image of a Deep Learning VM family (NVIDIA driver
+// and CUDA preinstalled).
+const DefaultImage = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
+
+// Config is one GCP project.
+type Config struct {
+	// Project is the project id (required).
+	Project string
+	// Regions and Zones limit Plan and List; empty means every region and
+	// zone of the catalog. A zone implies its region.
+	Regions []string
+	Zones   []string
+	// CredentialsFile is a service-account, authorized-user or external-account
+	// JSON file; empty means Application Default Credentials.
+	CredentialsFile string
+	// Network and Subnetwork attach the VM's interface; Network defaults to
+	// "default". Either may be a name or a resource path.
+	Network    string
+	Subnetwork string
+	// Spot lets Plan offer Spot VMs (at their Spot price) to requests that
+	// accept spot capacity.
+	Spot bool
+	// Image overrides DefaultImage: an image family path
+	// (projects/P/global/images/family/F) or an image path.
+	Image string
+	// DiskSizeGB is the boot disk size; zero means 200.
+	DiskSizeGB int
+	// Refine makes Plan ask the API which zones offer each accelerator
+	// (acceleratorTypes.aggregatedList), falling back to the catalog on error.
+	Refine bool
+	// PollInterval, BootTimeout, DeleteTimeout, ConsistencyWindow are
+	// reported by Capabilities; zero means 5s, 15m, 5m, 15s.
+	PollInterval      time.Duration
+	BootTimeout       time.Duration
+	DeleteTimeout     time.Duration
+	ConsistencyWindow time.Duration
+	// OperationTimeout bounds the wait on an insert or firewall operation;
+	// zero means 2m. RequestTimeout bounds each API call; zero means 60s.
+	OperationTimeout time.Duration
+	RequestTimeout   time.Duration
+	// RequestsPerSecond and Burst size the core's token bucket; zero means
+	// 10 and 20.
+	RequestsPerSecond float64
+	Burst             int
+}
+
+// fileConfig is Config as written in the [gcp] section of a config file.
+type fileConfig struct {
+	Project           string   `toml:"project" json:"project"`
+	Regions           []string `toml:"regions" json:"regions"`
+	Zones             []string `toml:"zones" json:"zones"`
+	CredentialsFile   string   `toml:"credentials_file" json:"credentials_file"`
+	Network           string   `toml:"network" json:"network"`
+	Subnetwork        string   `toml:"subnetwork" json:"subnetwork"`
+	Spot              bool     `toml:"spot" json:"spot"`
+	Image             string   `toml:"image" json:"image"`
+	DiskSizeGB        int      `toml:"disk_size_gb" json:"disk_size_gb"`
+	Refine            bool     `toml:"refine" json:"refine"`
+	PollInterval      string   `toml:"poll_interval" json:"poll_interval"`
+	BootTimeout       string   `toml:"boot_timeout" json:"boot_timeout"`
+	DeleteTimeout     string   `toml:"delete_timeout" json:"delete_timeout"`
+	ConsistencyWindow string   `toml:"consistency_window" json:"consistency_window"`
+	OperationTimeout  string   `toml:"operation_timeout" json:"operation_timeout"`
+	RequestTimeout    string   `toml:"request_timeout" json:"request_timeout"`
+	RequestsPerSecond float64  `toml:"requests_per_second" json:"requests_per_second"`
+	Burst             int      `toml:"burst" json:"burst"`
+}
+
+func (f fileConfig) config() (Config, error) {
+	c := Config{Project: f.Project, Regions: f.Regions, Zones: f.Zones, CredentialsFile: f.CredentialsFile,
+		Network: f.Network, Subnetwork: f.Subnetwork, Spot: f.Spot, Image: f.Image, DiskSizeGB: f.DiskSizeGB,
+		Refine: f.Refine, RequestsPerSecond: f.RequestsPerSecond, Burst: f.Burst}
+	for _, d := range []struct {
+		name string
+		in   string
+		out  *time.Duration
+	}{
+		{"poll_interval", f.PollInterval, &c.PollInterval},
+		{"boot_timeout", f.BootTimeout, &c.BootTimeout},
+		{"delete_timeout", f.DeleteTimeout, &c.DeleteTimeout},
+		{"consistency_window", f.ConsistencyWindow, &c.ConsistencyWindow},
+		{"operation_timeout", f.OperationTimeout, &c.OperationTimeout},
+		{"request_timeout", f.RequestTimeout, &c.RequestTimeout},
+	} {
+		if d.in == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.in)
+		if err != nil || v < 0 {
+			return c, fmt.Errorf("%s: %q is not a duration", d.name, d.in)
+		}
+		*d.out = v
+	}
+	return c, nil
+}
+
+var (
+	projectRE = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$|^[a-z0-9.-]+:[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
+	zoneRE    = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+-[a-z]$`)
+	regionRE  = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+$`)
+)
+
+// validate names the first bad key.
+func (c *Config) validate() error {
+	if c.Project == "" {
+		return errors.New("project is not set (the GCP project id)")
+	}
+	if !projectRE.MatchString(c.Project) {
+		return fmt.Errorf("project: %q is not a project id", c.Project)
+	}
+	for _, r := range c.Regions {
+		if !regionRE.MatchString(r) {
+			return fmt.Errorf("regions: %q is not a region (like us-central1)", r)
+		}
+	}
+	for _, z := range c.Zones {
+		if !zoneRE.MatchString(z) {
+			return fmt.Errorf("zones: %q is not a zone (like us-central1-a)", z)
+		}
+	}
+	if c.DiskSizeGB < 0 || (c.DiskSizeGB > 0 && c.DiskSizeGB < 10) {
+		return fmt.Errorf("disk_size_gb: %d is below 10", c.DiskSizeGB)
+	}
+	if c.RequestsPerSecond < 0 || c.Burst < 0 {
+		return errors.New("requests_per_second and burst must not be negative")
+	}
+	if c.Image != "" && !strings.HasPrefix(c.Image, "projects/") && !strings.HasPrefix(c.Image, "https://") {
+		return fmt.Errorf("image: %q: want projects/P/global/images/family/F or projects/P/global/images/I", c.Image)
+	}
+	return nil
+}
+
+func init() {
+	provider.Register(ID, func(s provider.Settings) (provider.CloudProvider, error) {
+		var fc fileConfig
+		if err := s.DecodeInto(&fc); err != nil {
+			return nil, fmt.Errorf("gcp: config: %w", err)
+		}
+		cfg, err := fc.config()
+		if err != nil {
+			return nil, fmt.Errorf("gcp: config: %w", err)
+		}
+		return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
+	})
+}
+
+// Provider is one GCP project. It is safe for concurrent use. Close it to
+// release its HTTP clients.
+type Provider struct {
+	name         string
+	installation string
+	cfg          Config
+	log          *slog.Logger
+	catalog      *catalog.Catalog
+	clientOpts   []option.ClientOption
+	testing      bool
+
+	instances  *compute.InstancesClient
+	firewalls  *compute.FirewallsClient
+	zoneOps    *compute.ZoneOperationsClient
+	images     *compute.ImagesClient
+	accelTypes *compute.AcceleratorTypesClient
+}
+
+// Option configures New.
+type Option func(*Provider)
+
+// WithName sets the provider name (default "gcp").
+func WithName(name string) Option { return func(p *Provider) { p.name = name } }
+
+// WithInstallation sets the installation id every resource is labelled
+// with and every Observe and List filters on.
+func WithInstallation(id string) Option { return func(p *Provider) { p.installation = id } }
+
+// WithLogger sets the logger (default: discard). User-data and credentials
+// never reach it.
+func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
+
+// WithEndpoint points every client at baseURL (no trailing slash) through
+// hc, without authentication: for tests against a mock of the Compute API.
+// Credentials are then never looked up, in files or the environment.
+func WithEndpoint(baseURL string, hc *http.Client) Option {
+	return func(p *Provider) {
+		p.testing = true
+		p.clientOpts = []option.ClientOption{option.WithEndpoint(strings.TrimRight(baseURL, "/")),
+			option.WithHTTPClient(hc), option.WithoutAuthentication()}
+	}
+}
+
+// withCatalog replaces the embedded catalog (tests).
+func withCatalog(c *catalog.Catalog) Option { return func(p *Provider) { p.catalog = c } }
+
+// New returns the provider of cfg. It validates cfg and builds the REST
+// clients; without WithEndpoint they authenticate with cfg.CredentialsFile
+// or Application Default Credentials.
+func New(cfg Config, opts ...Option) (*Provider, error) {
+	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.name == "" {
+		p.name = ID
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if err := p.cfg.validate(); err != nil {
+		return nil, fmt.Errorf("gcp: %w", err)
+	}
+	if p.catalog == nil {
+		c, err := embeddedCatalog()
+		if err != nil {
+			return nil, fmt.Errorf("gcp: %w", err)
+		}
+		p.catalog = c
+	}
+	p.applyDefaults()
+	if !p.testing {
+		co, err := credentialOptions(cfg.CredentialsFile)
+		if err != nil {
+			return nil, fmt.Errorf("gcp: %w", err)
+		}
+		p.clientOpts = co
+	}
+	if err := p.dial(context.Background()); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("gcp: %w", err)
+	}
+	return p, nil
+}
+
+func (p *Provider) applyDefaults() {
+	c := &p.cfg
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.PollInterval, 5*time.Second)
+	def(&c.BootTimeout, 15*time.Minute)
+	def(&c.DeleteTimeout, 5*time.Minute)
+	def(&c.ConsistencyWindow, 15*time.Second)
+	def(&c.OperationTimeout, 2*time.Minute)
+	def(&c.RequestTimeout, 60*time.Second)
+	if c.RequestsPerSecond == 0 {
+		c.RequestsPerSecond = 10
+	}
+	if c.Burst == 0 {
+		c.Burst = 20
+	}
+	if c.DiskSizeGB == 0 {
+		c.DiskSizeGB = 200
+	}
+	if c.Network == "" {
+		c.Network = "default"
+	}
+	if c.Image == "" {
+		c.Image = DefaultImage
+	}
+}
+
+// credentialOptions reads the credentials file's type and loads it as that
+// type only (option.WithCredentialsFile, which accepts any type, is
+// deprecated for that reason). The file's content is never logged.
+func credentialOptions(file string) ([]option.ClientOption, error) {
+	if file == "" {
+		return nil, nil // Application Default Credentials
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("credentials_file: %w", err)
+	}
+	var head struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return nil, fmt.Errorf("credentials_file %s: not a JSON credentials file", file)
+	}
+	var t option.CredentialsType
+	switch head.Type {
+	case "service_account":
+		t = option.ServiceAccount
+	case "authorized_user":
+		t = option.AuthorizedUser
+	case "external_account":
+		t = option.ExternalAccount
+	case "impersonated_service_account":
+		t = option.ImpersonatedServiceAccount
+	default:
+		return nil, fmt.Errorf("credentials_file %s: unsupported credentials type %q", file, head.Type)
+	}
+	return []option.ClientOption{option.WithAuthCredentialsFile(t, file)}, nil
+}
+
+func (p *Provider) dial(ctx context.Context) error {
+	var err error
+	if p.instances, err = compute.NewInstancesRESTClient(ctx, p.clientOpts...); err != nil {
+		return err
+	}
+	if p.firewalls, err = compute.NewFirewallsRESTClient(ctx, p.clientOpts...); err != nil {
+		return err
+	}
+	if p.zoneOps, err = compute.NewZoneOperationsRESTClient(ctx, p.clientOpts...); err != nil {
+		return err
+	}
+	if p.images, err = compute.NewImagesRESTClient(ctx, p.clientOpts...); err != nil {
+		return err
+	}
+	p.accelTypes, err = compute.NewAcceleratorTypesRESTClient(ctx, p.clientOpts...)
+	return err
+}
+
+// Close releases the clients' connections.
+func (p *Provider) Close() error {
+	var errs []error
+	if p.instances != nil {
+		errs = append(errs, p.instances.Close())
+	}
+	if p.firewalls != nil {
+		errs = append(errs, p.firewalls.Close())
+	}
+	if p.zoneOps != nil {
+		errs = append(errs, p.zoneOps.Close())
+	}
+	if p.images != nil {
+		errs = append(errs, p.images.Close())
+	}
+	if p.accelTypes != nil {
+		errs = append(errs, p.accelTypes.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Name returns the provider name.
+func (p *Provider) Name() string { return p.name }
+
+// Capabilities: GCP supports every feature (Spot, user-data, requestId,
+// per-VM firewall, zones); the timings and rate come from the config.
+func (p *Provider) Capabilities() provider.Capabilities {
+	c := p.cfg
+	return provider.Capabilities{
+		BootTimeout: c.BootTimeout, DeleteTimeout: c.DeleteTimeout, PollInterval: c.PollInterval,
+		ConsistencyWindow: c.ConsistencyWindow, RequestsPerSecond: c.RequestsPerSecond, Burst: c.Burst,
+	}
+}
+
+// UnknownID is an instance id this project never had, for the conformance
+// kit.
+func (p *Provider) UnknownID() string { return "9999999999999999999" }
+
+// noRetry turns the client's own retryer off: the core is the only retry
+// layer. It is passed on every call, reads included.
+var noRetry = gax.WithRetry(func() gax.Retryer { return nil })
+
+// call bounds one API call by RequestTimeout.
+func (p *Provider) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, p.cfg.RequestTimeout)
+}
+
+var (
+	_ provider.CloudProvider = (*Provider)(nil)
+	_ provider.Diagnoser     = (*Provider)(nil)
+	_ provider.Lister        = (*Provider)(nil)
+)

@@ -1,0 +1,186 @@
+package gcp
+
+//go:generate go run ./internal/gencatalog -catalog catalog.json
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"slices"
+	"strings"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/api/iterator"
+
+	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/gcp/internal/catalog"
+)
+
+//go:embed catalog.json
+var catalogJSON []byte
+
+func embeddedCatalog() (*catalog.Catalog, error) { return catalog.Parse(catalogJSON) }
+
+// CatalogInfo returns the embedded catalog's source and retrieval date.
+func CatalogInfo() (source, retrieved string) {
+	c, err := embeddedCatalog()
+	if err != nil {
+		return "", ""
+	}
+	return c.Source, c.Retrieved
+}
+
+// offerDetail is Offer.Detail: what Create needs.
+type offerDetail struct {
+	MachineType string `json:"machine_type"`
+	// Accelerator and Count are set for N1 shapes, whose GPUs are attached
+	// through guestAccelerators.
+	Accelerator string `json:"accelerator,omitempty"`
+	Count       int    `json:"count,omitempty"`
+}
+
+// Plan lists the catalog's shapes that satisfy req as one offer per zone,
+// cheapest first (then by region and zone), in the configured regions and
+// zones when req names no region. Spot offers appear only with Config.Spot
+// and a recorded Spot price. With Config.Refine it first asks the API which
+// zones offer each accelerator; if that fails it uses the catalog's zones.
+// It creates nothing.
+func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provider.Offer, error) {
+	var live map[string]map[string]bool // accelerator type → zones
+	if p.cfg.Refine {
+		z, err := p.acceleratorZones(ctx)
+		if err != nil {
+			p.log.Warn("gcp: zone refinement failed; using the catalog's zones", "provider", p.name, "err", err)
+		} else {
+			live = z
+		}
+	}
+	r := *req
+	if len(r.Regions) == 0 {
+		r.Regions = p.allowedRegions()
+	}
+	offers := []provider.Offer{}
+	for i := range p.catalog.MachineTypes {
+		m := &p.catalog.MachineTypes[i]
+		d := offerDetail{MachineType: m.Name}
+		if m.Attached {
+			d.Accelerator, d.Count = m.AcceleratorType, m.GPUCount
+		}
+		detail, err := json.Marshal(d)
+		if err != nil {
+			return nil, provider.Errorf(provider.Failed, p.name, "plan", "encode offer detail: %w", err)
+		}
+		for _, rp := range m.Regions {
+			for _, zone := range p.zones(rp, live, m.AcceleratorType) {
+				for _, spot := range []bool{false, true} {
+					price := rp.OnDemand
+					if spot {
+						if !p.cfg.Spot || rp.Spot <= 0 {
+							continue
+						}
+						price = rp.Spot
+					}
+					o := provider.Offer{
+						Provider: p.name, Location: provider.Location{Region: rp.Region, Zone: zone},
+						InstanceType: m.InstanceType(), GPU: m.GPU, GPUCount: m.GPUCount, GPUMemoryGB: m.GPUMemoryGB,
+						VCPUs: m.VCPUs, MemoryGB: m.MemoryGB, PricePerHour: price, Spot: spot, Detail: detail,
+					}
+					if r.Accepts(&o) {
+						offers = append(offers, o)
+					}
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(offers, func(a, b provider.Offer) int {
+		return cmp.Or(cmp.Compare(a.PricePerHour, b.PricePerHour), cmp.Compare(a.Location.Region, b.Location.Region),
+			cmp.Compare(a.Location.Zone, b.Location.Zone), strings.Compare(a.InstanceType, b.InstanceType))
+	})
+	return offers, nil
+}
+
+// allowedRegions is the configured regions plus the regions of the
+// configured zones; nil means all.
+func (p *Provider) allowedRegions() []string {
+	if len(p.cfg.Regions) == 0 && len(p.cfg.Zones) == 0 {
+		return nil
+	}
+	rs := slices.Clone(p.cfg.Regions)
+	for _, z := range p.cfg.Zones {
+		if r := catalog.RegionOf(z); !slices.Contains(rs, r) {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// zones returns the zones of rp to offer: the catalog's (or, refined, the
+// live ones of rp's region), narrowed to the configured zones of that
+// region if any.
+func (p *Provider) zones(rp catalog.RegionPrice, live map[string]map[string]bool, accel string) []string {
+	zs := rp.Zones
+	if live != nil {
+		zs = nil
+		for z := range live[accel] {
+			if catalog.RegionOf(z) == rp.Region {
+				zs = append(zs, z)
+			}
+		}
+		slices.Sort(zs)
+	}
+	var pinned []string
+	for _, z := range p.cfg.Zones {
+		if catalog.RegionOf(z) == rp.Region {
+			pinned = append(pinned, z)
+		}
+	}
+	if len(pinned) == 0 {
+		return zs
+	}
+	return slices.DeleteFunc(slices.Clone(zs), func(z string) bool { return !slices.Contains(pinned, z) })
+}
+
+// acceleratorZones lists, in one aggregated call (all pages), the zones
+// that offer each NVIDIA accelerator type (deprecated-and-deleted ones
+// excluded).
+func (p *Provider) acceleratorZones(ctx context.Context) (map[string]map[string]bool, error) {
+	ctx, cancel := p.call(ctx)
+	defer cancel()
+	it := p.accelTypes.AggregatedList(ctx, &computepb.AggregatedListAcceleratorTypesRequest{
+		Project: p.cfg.Project,
+	}, noRetry)
+	out := map[string]map[string]bool{}
+	for {
+		pair, err := it.Next()
+		if err == iterator.Done {
+			return out, nil
+		}
+		if err != nil {
+			return nil, p.classify("plan", err)
+		}
+		for _, at := range pair.Value.GetAcceleratorTypes() {
+			if !strings.HasPrefix(at.GetName(), "nvidia-") {
+				continue
+			}
+			if at.GetDeprecated().GetState() == "DELETED" || at.GetDeprecated().GetState() == "OBSOLETE" {
+				continue
+			}
+			zone := lastSegment(at.GetZone())
+			if out[at.GetName()] == nil {
+				out[at.GetName()] = map[string]bool{}
+			}
+			out[at.GetName()][zone] = true
+		}
+	}
+}
+
+// lastSegment returns what follows the last slash of a resource URL.
+func lastSegment(s string) string {
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+func proto[T any](v T) *T { return &v }

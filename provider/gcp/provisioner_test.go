@@ -1,0 +1,119 @@
+package gcp_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/gcp"
+)
+
+// A launch meets ZONE_RESOURCE_POOL_EXHAUSTED in the cheapest zone
+// (us-east4-a), QUOTA_EXCEEDED in the next zone of that region
+// (us-east4-c), and succeeds in the next region (us-central1-a). The
+// journal shows the three attempts, the zone and region blocks and the
+// teardowns; deleting the VM leaves nothing on the mock cloud.
+func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
+	ctx := context.Background()
+	c, mt := newCloud(t)
+	c.autoRun = true
+	c.insertFaults["us-east4-a"] = []opFault{{Code: "ZONE_RESOURCE_POOL_EXHAUSTED",
+		Message: "The zone 'projects/proj-test/zones/us-east4-a' does not have enough resources available to fulfill the request.", HTTP: 503}}
+	c.insertFaults["us-east4-c"] = []opFault{{Code: "QUOTA_EXCEEDED", Message: "Quota 'NVIDIA_L4_GPUS' exceeded. Limit: 0.0 in region us-east4.",
+		QuotaMetric: "compute.googleapis.com/nvidia_l4_gpus", HTTP: 403}}
+
+	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	t.Cleanup(clk.AutoAdvance())
+	j, err := sqlite.Open(ctx, t.TempDir()+"/journal.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	p := c.provider(t, mt, gcp.Config{}, gcp.WithInstallation(j.Installation()))
+	var events []gpuprov.Event
+	prov, err := gpuprov.New(j, gpuprov.WithProvider(p), gpuprov.WithClock(clk),
+		gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1),
+		gpuprov.WithEvents(func(e gpuprov.Event) { events = append(events, e) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prov.Close() })
+
+	vm, err := prov.Launch(ctx, gpuprov.Request{Name: "train", GPU: "l4", Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vm.State != gpuprov.StateReady || vm.Location != (provider.Location{Region: "us-central1", Zone: "us-central1-a"}) ||
+		vm.SSH == nil || vm.SSH.Port != 22 || vm.PricePerHour != 0.85362 {
+		t.Fatalf("vm %+v", vm)
+	}
+
+	as, err := j.Attempts(ctx, "train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zones, states, kinds []string
+	for _, a := range as {
+		zones, states, kinds = append(zones, a.Zone), append(states, string(a.State)), append(kinds, a.ErrorKind)
+	}
+	if !slices.Equal(zones, []string{"us-east4-a", "us-east4-c", "us-central1-a"}) ||
+		!slices.Equal(kinds, []string{"capacity", "quota", ""}) ||
+		states[0] != string(journal.AttemptTornDown) || states[1] != string(journal.AttemptTornDown) ||
+		states[2] != string(journal.AttemptSucceeded) {
+		t.Fatalf("attempts: zones %v kinds %v states %v", zones, kinds, states)
+	}
+	blocks, err := j.Blocks(ctx, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scopes := map[string]string{}
+	for _, b := range blocks {
+		scopes[b.Scope] = b.Key + " " + b.ErrorKind
+	}
+	if len(blocks) != 2 || !strings.Contains(scopes["zone"], "us-east4-a") || !strings.Contains(scopes["zone"], "capacity") ||
+		!strings.Contains(scopes["region"], "us-east4") || !strings.Contains(scopes["region"], "quota") {
+		t.Fatalf("blocks %+v", blocks)
+	}
+	var types []string
+	for _, e := range events {
+		types = append(types, e.Type)
+	}
+	for _, want := range []string{gpuprov.EvFailure, gpuprov.EvBlocked, gpuprov.EvTeardown, gpuprov.EvTornDown, gpuprov.EvReady} {
+		if !slices.Contains(types, want) {
+			t.Fatalf("events %v lack %s", types, want)
+		}
+	}
+	jevs, err := j.Events(ctx, journal.EventQuery{VM: "train"})
+	if err != nil || len(jevs) != len(events) {
+		t.Fatalf("journal has %d events, sinks saw %d (%v)", len(jevs), len(events), err)
+	}
+	// Every insert carried the VM's identity and a distinct requestId per attempt.
+	ins := c.calls("/instances")
+	var ids []string
+	for _, r := range ins {
+		if r.Method == "POST" {
+			ids = append(ids, r.Query["requestId"][0])
+		}
+	}
+	if len(ids) != 3 || ids[0] == ids[1] || ids[1] == ids[2] {
+		t.Fatalf("requestIds %v", ids)
+	}
+	if live := c.live(); len(live) != 1 || live[0].GetLabels()["gpuprov"] != "train" {
+		t.Fatalf("live instances %v", live)
+	}
+
+	if err := prov.Delete(ctx, "train"); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	if live, fws := c.live(), c.firewallNames(); len(live) != 0 || len(fws) != 0 {
+		t.Fatalf("left on the cloud: instances %v firewalls %v", live, fws)
+	}
+}
