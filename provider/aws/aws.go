@@ -1,0 +1,362 @@
+package aws
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	awssdk "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+
+	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/provider"
+)
+
+// ID is the id the adapter registers under.
+const ID = "aws"
+
+// DefaultImageParameter is the public SSM parameter that names the current
+// AWS Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) in each
+// region: NVIDIA driver, CUDA and the container toolkit preinstalled.
+const DefaultImageParameter = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+
+// Config is one AWS account as the adapter sees it. The zero value plans
+// from the embedded catalog in every region it lists, on demand only.
+type Config struct {
+	// Profile is the shared-config profile the SDK's default credential
+	// chain starts from; empty means the chain's own default.
+	Profile string
+	// Regions limit Plan and List; empty means every region of the catalog.
+	Regions []string
+	// Spot makes Plan offer spot capacity too (for requests that accept it).
+	Spot bool
+	// Image is an AMI id used in every region instead of the SSM lookup
+	// (a request's own Image wins over it).
+	Image string
+	// ImageParameter is the public SSM parameter resolved per region when
+	// no image is given; empty means DefaultImageParameter.
+	ImageParameter string
+	// Subnet pins every instance to this subnet id (and so to its zone and
+	// region); VPC picks a VPC other than the region's default one.
+	Subnet string
+	VPC    string
+	// Refine lets Plan ask EC2 which zones sell each type
+	// (DescribeInstanceTypeOfferings) and, for spot, the current spot price
+	// (DescribeSpotPriceHistory). A refinement that fails falls back to the
+	// catalog. Off by default: Plan then makes no API call at all.
+	Refine bool
+	// SSHUser is the login user of the image; empty means "ubuntu".
+	SSHUser string
+	// BootTimeout, DeleteTimeout, PollInterval and ConsistencyWindow are
+	// reported by Capabilities; zero means 20m, 10m, 5s and 30s.
+	BootTimeout       time.Duration
+	DeleteTimeout     time.Duration
+	PollInterval      time.Duration
+	ConsistencyWindow time.Duration
+	// RequestTimeout bounds each API call; zero means 30s.
+	RequestTimeout time.Duration
+	// RequestsPerSecond and Burst size the core's token bucket for this
+	// account; zero means 5 per second and a burst of 10 (see the package
+	// documentation).
+	RequestsPerSecond float64
+	Burst             int
+}
+
+var (
+	regionRE = regexp.MustCompile(`^[a-z]{2}(-gov)?-[a-z]+-\d$`)
+	amiRE    = regexp.MustCompile(`^ami-[0-9a-f]{8,17}$`)
+	subnetRE = regexp.MustCompile(`^subnet-[0-9a-f]{8,17}$`)
+	vpcRE    = regexp.MustCompile(`^vpc-[0-9a-f]{8,17}$`)
+)
+
+// Validate reports the first bad value, naming its config key.
+func (c *Config) Validate() error {
+	for _, r := range c.Regions {
+		if !regionRE.MatchString(r) {
+			return fmt.Errorf("regions: %q is not an AWS region name (like us-east-1)", r)
+		}
+	}
+	switch {
+	case c.Image != "" && !amiRE.MatchString(c.Image):
+		return fmt.Errorf("image: %q is not an AMI id (ami-...)", c.Image)
+	case c.ImageParameter != "" && !strings.HasPrefix(c.ImageParameter, "/"):
+		return fmt.Errorf("image_parameter: %q is not an SSM parameter path (/aws/service/...)", c.ImageParameter)
+	case c.Subnet != "" && !subnetRE.MatchString(c.Subnet):
+		return fmt.Errorf("subnet: %q is not a subnet id (subnet-...)", c.Subnet)
+	case c.VPC != "" && !vpcRE.MatchString(c.VPC):
+		return fmt.Errorf("vpc: %q is not a VPC id (vpc-...)", c.VPC)
+	case c.RequestsPerSecond < 0:
+		return fmt.Errorf("requests_per_second: %v is negative", c.RequestsPerSecond)
+	case c.Burst < 0:
+		return fmt.Errorf("burst: %d is negative", c.Burst)
+	}
+	for name, d := range map[string]time.Duration{"boot_timeout": c.BootTimeout, "delete_timeout": c.DeleteTimeout,
+		"poll_interval": c.PollInterval, "consistency_window": c.ConsistencyWindow, "request_timeout": c.RequestTimeout} {
+		if d < 0 {
+			return fmt.Errorf("%s: %s is negative", name, d)
+		}
+	}
+	return nil
+}
+
+// Endpoint points the provider at a stand-in for AWS: every EC2 and SSM
+// call goes to URL (SSMURL for SSM when set) through Client, signed with
+// the static key pair. No environment variable, profile or credential file
+// is read. Tests use it with an httpmock transport.
+type Endpoint struct {
+	URL             string
+	SSMURL          string
+	Client          *http.Client
+	AccessKeyID     string
+	SecretAccessKey string
+}
+
+// Provider is one AWS account. It is safe for concurrent use.
+type Provider struct {
+	name         string
+	installation string
+	cfg          Config
+	cat          *Catalog
+	log          *slog.Logger
+	clock        clock.Clock
+	endpoint     *Endpoint
+
+	awsCfg awssdk.Config // the SDK's default chain; unused with an Endpoint
+
+	mu     sync.Mutex
+	ec2s   map[string]*ec2.Client
+	ssms   map[string]*ssm.Client
+	recent map[string][]recentCreate // region|vm → ids Create returned lately
+}
+
+// recentCreate is an id Create returned, kept for ConsistencyWindow so that
+// Observe can look it up by id while tag filters do not see it yet.
+type recentCreate struct {
+	id string
+	at time.Time
+}
+
+// Option configures New.
+type Option func(*Provider)
+
+// WithName sets the provider name (default "aws").
+func WithName(name string) Option { return func(p *Provider) { p.name = name } }
+
+// WithInstallation sets the installation id every resource is tagged with
+// and every Observe and List filters on.
+func WithInstallation(id string) Option { return func(p *Provider) { p.installation = id } }
+
+// WithLogger sets the logger (default: discard). User-data and keys never
+// reach it.
+func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
+
+// WithEndpoint sends every call to e instead of AWS (see Endpoint).
+func WithEndpoint(e Endpoint) Option { return func(p *Provider) { p.endpoint = &e } }
+
+// WithCatalog replaces the embedded catalog (tests, or a catalog refreshed
+// at run time).
+func WithCatalog(c *Catalog) Option { return func(p *Provider) { p.cat = c } }
+
+// WithClock sets the clock used for the consistency window and spot price
+// queries (default: the real clock).
+func WithClock(c clock.Clock) Option { return func(p *Provider) { p.clock = c } }
+
+// New returns the provider of cfg. Without WithEndpoint it loads the SDK's
+// default configuration (profile, environment, shared files, instance
+// role); credentials are resolved lazily, at the first call.
+func New(cfg Config, opts ...Option) (*Provider, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("aws: config: %w", err)
+	}
+	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler), clock: clock.Real,
+		ec2s: map[string]*ec2.Client{}, ssms: map[string]*ssm.Client{}, recent: map[string][]recentCreate{}}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.name == "" {
+		p.name = ID
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.cat == nil {
+		c, err := EmbeddedCatalog()
+		if err != nil {
+			return nil, fmt.Errorf("aws: %w", err)
+		}
+		p.cat = c
+	}
+	for _, r := range cfg.Regions {
+		if !slices.Contains(p.cat.Regions(), r) {
+			p.log.Warn("aws: configured region has no catalog entry; Plan offers nothing there", "provider", p.name, "region", r)
+		}
+	}
+	if p.endpoint != nil {
+		if p.endpoint.URL == "" || p.endpoint.Client == nil {
+			return nil, fmt.Errorf("aws: endpoint: URL and Client are required")
+		}
+		return p, nil
+	}
+	loaders := []func(*config.LoadOptions) error{config.WithRetryMaxAttempts(1)}
+	if cfg.Profile != "" {
+		loaders = append(loaders, config.WithSharedConfigProfile(cfg.Profile))
+	}
+	ac, err := config.LoadDefaultConfig(context.Background(), loaders...)
+	if err != nil {
+		return nil, fmt.Errorf("aws: profile %q: %w", cfg.Profile, err)
+	}
+	p.awsCfg = ac
+	return p, nil
+}
+
+// Name returns the provider name.
+func (p *Provider) Name() string { return p.name }
+
+// Capabilities: AWS supports every feature. Its timings default to 20m
+// boot (GPU AMIs are large), 10m delete, 5s polls and a 30s consistency
+// window for DescribeInstances; the API rate defaults to 5 requests per
+// second with a burst of 10.
+func (p *Provider) Capabilities() provider.Capabilities {
+	burst := p.cfg.Burst
+	if burst == 0 && p.cfg.RequestsPerSecond == 0 {
+		burst = 10
+	}
+	return provider.Capabilities{
+		BootTimeout:       orDefault(p.cfg.BootTimeout, 20*time.Minute),
+		DeleteTimeout:     orDefault(p.cfg.DeleteTimeout, 10*time.Minute),
+		PollInterval:      orDefault(p.cfg.PollInterval, 5*time.Second),
+		ConsistencyWindow: orDefault(p.cfg.ConsistencyWindow, 30*time.Second),
+		RequestsPerSecond: cmpOr(p.cfg.RequestsPerSecond, 5),
+		Burst:             burst,
+	}
+}
+
+// UnknownID returns an instance id that is well formed but names nothing
+// (for the conformance kit).
+func (p *Provider) UnknownID() string { return "i-0fffffffffffffff0" }
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+func cmpOr(v, def float64) float64 {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+func (p *Provider) sshUser() string {
+	if p.cfg.SSHUser != "" {
+		return p.cfg.SSHUser
+	}
+	return "ubuntu"
+}
+
+func (p *Provider) requestTimeout() time.Duration {
+	return orDefault(p.cfg.RequestTimeout, 30*time.Second)
+}
+
+// ec2For returns the EC2 client of region: one attempt per call.
+func (p *Provider) ec2For(region string) *ec2.Client {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.ec2s[region]; ok {
+		return c
+	}
+	var c *ec2.Client
+	if e := p.endpoint; e != nil {
+		c = ec2.New(ec2.Options{Region: region, BaseEndpoint: awssdk.String(e.URL), HTTPClient: e.Client,
+			Credentials:      credentials.NewStaticCredentialsProvider(e.AccessKeyID, e.SecretAccessKey, ""),
+			RetryMaxAttempts: 1})
+	} else {
+		c = ec2.NewFromConfig(p.awsCfg, func(o *ec2.Options) { o.Region = region; o.RetryMaxAttempts = 1 })
+	}
+	p.ec2s[region] = c
+	return c
+}
+
+// ssmFor returns the SSM client of region: one attempt per call.
+func (p *Provider) ssmFor(region string) *ssm.Client {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.ssms[region]; ok {
+		return c
+	}
+	var c *ssm.Client
+	if e := p.endpoint; e != nil {
+		u := e.SSMURL
+		if u == "" {
+			u = e.URL
+		}
+		c = ssm.New(ssm.Options{Region: region, BaseEndpoint: awssdk.String(u), HTTPClient: e.Client,
+			Credentials:      credentials.NewStaticCredentialsProvider(e.AccessKeyID, e.SecretAccessKey, ""),
+			RetryMaxAttempts: 1})
+	} else {
+		c = ssm.NewFromConfig(p.awsCfg, func(o *ssm.Options) { o.Region = region; o.RetryMaxAttempts = 1 })
+	}
+	p.ssms[region] = c
+	return c
+}
+
+// call runs one API call under the per-call timeout and classifies its
+// error.
+func (p *Provider) call(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	rctx, cancel := context.WithTimeout(ctx, p.requestTimeout())
+	defer cancel()
+	err := f(rctx)
+	if err == nil {
+		return nil
+	}
+	p.log.Debug("aws: call failed", "provider", p.name, "op", op, "err", err)
+	return p.classify(ctx, op, err)
+}
+
+// remember records an id Create returned.
+func (p *Provider) remember(region, vm, id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := region + "|" + vm
+	p.recent[k] = append(p.recent[k], recentCreate{id: id, at: p.clock.Now()})
+}
+
+// recentIDs returns the ids Create returned for vm in region within the
+// consistency window, forgetting older ones.
+func (p *Provider) recentIDs(region, vm string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := region + "|" + vm
+	window := p.Capabilities().ConsistencyWindow
+	var keep []recentCreate
+	var ids []string
+	for _, r := range p.recent[k] {
+		if p.clock.Now().Sub(r.at) <= window {
+			keep = append(keep, r)
+			ids = append(ids, r.id)
+		}
+	}
+	if len(keep) == 0 {
+		delete(p.recent, k)
+	} else {
+		p.recent[k] = keep
+	}
+	return ids
+}
+
+var (
+	_ provider.CloudProvider = (*Provider)(nil)
+	_ provider.Diagnoser     = (*Provider)(nil)
+	_ provider.Lister        = (*Provider)(nil)
+)

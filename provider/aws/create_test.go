@@ -1,0 +1,205 @@
+package aws_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/aws/smithy-go"
+
+	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/aws"
+)
+
+// tagsOf returns the tags of the TagSpecification of resource type rt in
+// a RunInstances form.
+func tagsOf(t *testing.T, r *fakeReq, rt string) map[string]string {
+	t.Helper()
+	tags := tagSpec(r.Form, rt)
+	if tags == nil {
+		t.Fatalf("RunInstances has no TagSpecification for %s: %v", rt, r.Form)
+	}
+	return tags
+}
+
+func TestRunInstancesRequest(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	spec := newSpec(t, "train")
+	o, id := e.launch(t, l4, spec)
+	runs := e.f.requests("RunInstances")
+	if len(runs) != 1 {
+		t.Fatalf("%d RunInstances requests, want 1", len(runs))
+	}
+	r := runs[0]
+	if r.Region != o.Location.Region || r.Region != "us-east-1" {
+		t.Fatalf("RunInstances signed for %q, offer in %s", r.Region, o.Location)
+	}
+	for key, want := range map[string]string{
+		"ClientToken": spec.IdempotencyToken, "InstanceType": o.InstanceType, "ImageId": testAMI,
+		"MinCount": "1", "MaxCount": "1", "InstanceInitiatedShutdownBehavior": "terminate",
+		"KeyName": "gpuprov-train", "NetworkInterface.1.AssociatePublicIpAddress": "true",
+		"NetworkInterface.1.SubnetId": subnetID(o.Location.Zone), "MetadataOptions.HttpTokens": "required",
+	} {
+		if got := r.Form.Get(key); got != want {
+			t.Errorf("%s = %q, want %q", key, got, want)
+		}
+	}
+	if r.Form.Get("InstanceMarketOptions.MarketType") != "" {
+		t.Errorf("on-demand launch carries market options: %v", r.Form)
+	}
+	for _, rt := range []string{"instance", "volume"} {
+		tags := tagsOf(t, r, rt)
+		if tags["gpuprov"] != "train" || tags["gpuprov-installation"] != installation || tags["Name"] != "gpuprov-train" {
+			t.Errorf("%s tags %v lack the VM identity", rt, tags)
+		}
+	}
+	ud, err := base64.StdEncoding.DecodeString(r.Form.Get("UserData"))
+	if err != nil {
+		t.Fatalf("UserData is not base64: %v", err)
+	}
+	for _, want := range []string{"#cloud-config", "ed25519_private", spec.HostKey.Public, spec.AuthorizedKeys[0]} {
+		if !strings.Contains(string(ud), want) {
+			t.Errorf("user-data lacks %q:\n%s", want, ud)
+		}
+	}
+	if live := e.f.live(); len(live) != 1 || live[0].ID != id || live[0].Spot {
+		t.Fatalf("fake holds %+v, want the one on-demand instance %s", live, id)
+	}
+}
+
+func TestSpotLaunchCarriesMarketOptions(t *testing.T) {
+	cfg := awsConfig()
+	cfg.Spot = true
+	e := newEnv(t, cfg)
+	req := l4
+	req.Spot = provider.SpotOnly
+	o, _ := e.launch(t, req, newSpec(t, "cheap"))
+	if !o.Spot {
+		t.Fatalf("first offer of a spot-only request is not spot: %+v", o)
+	}
+	r := e.f.requests("RunInstances")[0]
+	for key, want := range map[string]string{
+		"InstanceMarketOptions.MarketType":                               "spot",
+		"InstanceMarketOptions.SpotOptions.SpotInstanceType":             "one-time",
+		"InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior": "terminate",
+	} {
+		if got := r.Form.Get(key); got != want {
+			t.Errorf("%s = %q, want %q", key, got, want)
+		}
+	}
+}
+
+// InsufficientInstanceCapacity arrives as HTTP 500; the SDK would retry a
+// 500, the adapter must not: one request, Capacity.
+func TestCapacityIsHTTP500AndNotRetried(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	e.f.fail(&fakeRule{Action: "RunInstances", Code: "InsufficientInstanceCapacity", Status: http.StatusInternalServerError})
+	ctx := context.Background()
+	spec := newSpec(t, "stock")
+	o := e.offer(t, l4)
+	prep, err := e.p.Prepare(ctx, &o, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.p.Create(ctx, &o, prep, spec)
+	pe := errKind(t, err, provider.Capacity)
+	if pe.Scope() != provider.ScopeOffer {
+		t.Fatalf("capacity blocks %s, want the offer", pe.Scope())
+	}
+	var ae smithy.APIError
+	if !errors.As(err, &ae) || ae.ErrorCode() != "InsufficientInstanceCapacity" || aws.ErrorCode(err) != "InsufficientInstanceCapacity" {
+		t.Fatalf("%v does not wrap the API error", err)
+	}
+	if n := len(e.f.requests("RunInstances")); n != 1 {
+		t.Fatalf("%d RunInstances requests, want exactly 1", n)
+	}
+}
+
+// Every documented error kind of RunInstances, each from one request.
+func TestCreateErrorKinds(t *testing.T) {
+	for _, tc := range []struct {
+		code   string
+		status int
+		kind   provider.ErrorKind
+		scope  provider.Scope
+	}{
+		{"VcpuLimitExceeded", 400, provider.Quota, provider.ScopeRegion},
+		{"InstanceLimitExceeded", 400, provider.Quota, provider.ScopeRegion},
+		{"MaxSpotInstanceCountExceeded", 400, provider.Quota, provider.ScopeRegion},
+		{"InsufficientInstanceCapacity", 500, provider.Capacity, provider.ScopeOffer},
+		{"SpotMaxPriceTooLow", 400, provider.Capacity, provider.ScopeOffer},
+		{"RequestLimitExceeded", 503, provider.Transient, provider.ScopeOffer},
+		{"InternalError", 500, provider.Transient, provider.ScopeOffer},
+		{"Unsupported", 400, provider.Unavailable, provider.ScopeOffer},
+		{"OptInRequired", 401, provider.Unavailable, provider.ScopeRegion},
+		{"InvalidAMIID.NotFound", 400, provider.Unavailable, provider.ScopeOffer},
+		{"InvalidParameterValue", 400, provider.InvalidRequest, provider.ScopeOffer},
+		{"IdempotentParameterMismatch", 400, provider.InvalidRequest, provider.ScopeOffer},
+		{"AuthFailure", 401, provider.Credentials, provider.ScopeProvider},
+		{"UnauthorizedOperation", 403, provider.Credentials, provider.ScopeProvider},
+		{"IdempotentInstanceTerminated", 400, provider.Failed, provider.ScopeOffer},
+		{"SomethingNew", 400, provider.Failed, provider.ScopeOffer},
+		{"SomethingNew", 502, provider.Transient, provider.ScopeOffer},
+	} {
+		t.Run(tc.code+"_"+http.StatusText(tc.status), func(t *testing.T) {
+			e := newEnv(t, awsConfig())
+			e.f.fail(&fakeRule{Action: "RunInstances", Code: tc.code, Status: tc.status})
+			ctx := context.Background()
+			spec := newSpec(t, "kinds")
+			o := e.offer(t, l4)
+			prep, err := e.p.Prepare(ctx, &o, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = e.p.Create(ctx, &o, prep, spec)
+			pe := errKind(t, err, tc.kind)
+			if pe.Scope() != tc.scope || pe.Op != "create" || pe.Provider != "aws" {
+				t.Fatalf("scope %s op %q provider %q, want %s create aws", pe.Scope(), pe.Op, pe.Provider, tc.scope)
+			}
+			if n := len(e.f.requests("RunInstances")); n != 1 {
+				t.Fatalf("%d RunInstances requests, want 1", n)
+			}
+		})
+	}
+}
+
+// A replayed create (same token) returns the instance the first one made.
+func TestCreateReplayIsIdempotent(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	ctx := context.Background()
+	spec := newSpec(t, "replay")
+	o := e.offer(t, l4)
+	prep, err := e.p.Prepare(ctx, &o, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err1 := e.p.Create(ctx, &o, prep, spec)
+	b, err2 := e.p.Create(ctx, &o, prep, spec)
+	if err1 != nil || err2 != nil || a != b {
+		t.Fatalf("replay: %q %v, %q %v", a, err1, b, err2)
+	}
+	if n := len(e.f.live()); n != 1 {
+		t.Fatalf("replay left %d instances", n)
+	}
+	long := *spec
+	long.IdempotencyToken = strings.Repeat("x", 80)
+	if _, err := e.p.Create(ctx, &o, prep, &long); err != nil {
+		t.Fatal(err)
+	}
+	if tok := e.f.requests("RunInstances")[2].Form.Get("ClientToken"); len(tok) != 64 || tok == long.IdempotencyToken {
+		t.Fatalf("an 80-character token was sent as %q; EC2 takes at most 64", tok)
+	}
+}
+
+func TestCreateRejectsMissingDetail(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	o := e.offer(t, l4)
+	_, err := e.p.Create(context.Background(), &o, []byte(`{}`), newSpec(t, "x"))
+	errKind(t, err, provider.InvalidRequest)
+	if n := len(e.f.requests("RunInstances")); n != 0 {
+		t.Fatalf("sent %d RunInstances without prepared data", n)
+	}
+}

@@ -1,0 +1,63 @@
+// Package aws is the gpuprov adapter for Amazon EC2, built on
+// aws-sdk-go-v2 (service/ec2, and service/ssm for the image lookup). It
+// registers itself under the id "aws":
+//
+//	import _ "github.com/org/gpuprov/provider/aws"
+//
+// and reads an [aws] config section such as
+//
+//	profile  = "gpu"                        # shared-config profile; default: the SDK's default chain
+//	regions  = ["us-east-1", "us-west-2"]   # default: every region of the catalog
+//	spot     = true                         # also offer spot capacity to requests that accept it
+//	refine   = true                         # ask EC2 for zones (and spot prices) at Plan time
+//	image    = "ami-0123456789abcdef0"      # default: the Deep Learning Base OSS Nvidia Driver AMI via SSM
+//
+// Credentials come from the SDK's default chain (environment, shared files,
+// SSO, instance role), starting at the profile. Tests use New with
+// WithEndpoint, which takes a base URL, static keys and an *http.Client, so
+// they never read the environment or a file.
+//
+// # Primitives and the calls they make
+//
+//	Plan       none: the embedded catalog (catalog.json, from AWS's Price List). With refine:
+//	           DescribeInstanceTypeOfferings (LocationType availability-zone-id) and, for spot,
+//	           DescribeSpotPriceHistory (Linux/UNIX, StartTime now); a failing call falls back
+//	           to the catalog.
+//	Prepare    DescribeVpcs (is-default) + DescribeSubnets (vpc-id, availability-zone-id,
+//	           default-for-az), or DescribeSubnets of the configured subnet;
+//	           CreateSecurityGroup gpuprov-<vm> (InvalidGroup.Duplicate → DescribeSecurityGroups,
+//	           adopt if it carries this installation) + AuthorizeSecurityGroupIngress per port
+//	           (tcp/22 and OpenPorts; InvalidPermission.Duplicate is success);
+//	           ImportKeyPair gpuprov-<vm> (InvalidKeyPair.Duplicate is success);
+//	           ssm:GetParameter of the image parameter unless an image is given.
+//	Create     RunInstances: one instance, ClientToken, NetworkInterfaces[0] with the subnet,
+//	           group and a public IP, KeyName, tags on instance and volume, base64 cloud-init
+//	           user-data, InstanceInitiatedShutdownBehavior terminate, IMDSv2, and spot market
+//	           options for a spot offer.
+//	Observe    DescribeInstances filtered on tag:gpuprov, tag:gpuprov-installation, the live
+//	           states and the zone; plus DescribeInstances by id for an id Create returned
+//	           within the consistency window (InvalidInstanceID.NotFound: not visible yet).
+//	List       DescribeInstances filtered on tag:gpuprov-installation and tag-key gpuprov,
+//	           per region.
+//	Delete     TerminateInstances; InvalidInstanceID.NotFound is success.
+//	Cleanup    DescribeSecurityGroups + DeleteSecurityGroup (DependencyViolation is
+//	           Transient; InvalidGroup.NotFound is success), DescribeKeyPairs + DeleteKeyPair,
+//	           both found by name and installation tag.
+//	Diagnose   DescribeInstances by id (terminated instances included, with StateReason) and
+//	           DescribeInstanceStatus (IncludeAllInstances: status checks, scheduled events).
+//
+// Every client makes exactly one attempt per call (RetryMaxAttempts 1): the
+// core is the only retry layer, and InsufficientInstanceCapacity, which
+// EC2 answers with HTTP 500, must reach it as Capacity instead of being
+// retried. errors.go maps each error code to a provider.ErrorKind, by code
+// before status.
+//
+// Zones are availability-zone ids (use1-az4), which name the same physical
+// zone in every account; zone names (us-east-1a) are shuffled per account.
+//
+// The default API rate is 5 requests per second with a burst of 10 for
+// the whole account: EC2 meters each action per account and region with a
+// token bucket (EC2 Developer Guide, "Request throttling for the Amazon
+// EC2 API"), and the bucket of mutating actions, the smallest that a
+// launch spends from, refills at 5 per second.
+package aws

@@ -1,0 +1,218 @@
+package aws
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/org/gpuprov/provider"
+)
+
+// codeKinds maps the EC2 (and SSM) error codes of the EC2 API Reference's
+// "Error codes" page to the failover policy. Codes are matched exactly; a
+// code missing here falls back to the HTTP status (see classify).
+var codeKinds = map[string]provider.ErrorKind{
+	// throttling and server-side trouble: retry
+	"RequestLimitExceeded":    provider.Transient,
+	"EC2ThrottledException":   provider.Transient,
+	"ThrottlingException":     provider.Transient, // SSM
+	"Throttling":              provider.Transient,
+	"InternalError":           provider.Transient,
+	"InternalFailure":         provider.Transient,
+	"InternalServerError":     provider.Transient, // SSM
+	"ServerInternal":          provider.Transient,
+	"ServiceUnavailable":      provider.Transient,
+	"Unavailable":             provider.Transient,
+	"RequestTimeout":          provider.Transient,
+	"RequestTimeoutException": provider.Transient,
+	"DependencyViolation":     provider.Transient, // a security group still used by an instance shutting down
+	"IncorrectState":          provider.Transient,
+	"IncorrectInstanceState":  provider.Transient,
+	// stockouts
+	"InsufficientInstanceCapacity": provider.Capacity, // arrives as HTTP 500
+	"InsufficientCapacityOnHost":   provider.Capacity,
+	"InsufficientHostCapacity":     provider.Capacity,
+	"InsufficientCapacity":         provider.Capacity,
+	"UnfulfillableCapacity":        provider.Capacity,
+	"SpotMaxPriceTooLow":           provider.Capacity,
+	"ReservationCapacityExceeded":  provider.Capacity,
+	// account limits: block the region
+	"InstanceLimitExceeded":              provider.Quota,
+	"VcpuLimitExceeded":                  provider.Quota,
+	"MaxSpotInstanceCountExceeded":       provider.Quota,
+	"VolumeLimitExceeded":                provider.Quota,
+	"MaxIOPSLimitExceeded":               provider.Quota,
+	"SecurityGroupLimitExceeded":         provider.Quota,
+	"RulesPerSecurityGroupLimitExceeded": provider.Quota,
+	"KeyPairLimitExceeded":               provider.Quota,
+	"ResourceLimitExceeded":              provider.Quota,
+	// not viable here; nothing was created
+	"Unsupported":                       provider.Unavailable,
+	"UnsupportedOperation":              provider.Unavailable,
+	"OptInRequired":                     provider.Unavailable,
+	"InvalidAMIID.NotFound":             provider.Unavailable,
+	"InvalidAMIID.Unavailable":          provider.Unavailable,
+	"ParameterNotFound":                 provider.Unavailable, // SSM: no such image parameter in this region
+	"VPCIdNotSpecified":                 provider.Unavailable,
+	"DefaultVpcDoesNotExist":            provider.Unavailable,
+	"InsufficientFreeAddressesInSubnet": provider.Unavailable,
+	// the ask cannot be satisfied
+	"InvalidParameterValue":       provider.InvalidRequest,
+	"InvalidParameter":            provider.InvalidRequest,
+	"InvalidParameterCombination": provider.InvalidRequest,
+	"MissingParameter":            provider.InvalidRequest,
+	"UnknownParameter":            provider.InvalidRequest,
+	"ValidationError":             provider.InvalidRequest,
+	"ValidationException":         provider.InvalidRequest, // SSM
+	"InvalidZone.NotFound":        provider.InvalidRequest,
+	"InvalidAvailabilityZone":     provider.InvalidRequest,
+	"InvalidAMIID.Malformed":      provider.InvalidRequest,
+	"InvalidKeyPair.NotFound":     provider.InvalidRequest,
+	"InvalidKeyPair.Format":       provider.InvalidRequest,
+	"InvalidSubnetID.NotFound":    provider.InvalidRequest,
+	"InvalidVpcID.NotFound":       provider.InvalidRequest,
+	"InvalidBlockDeviceMapping":   provider.InvalidRequest,
+	"IdempotentParameterMismatch": provider.InvalidRequest,
+	"InvalidInstanceID.Malformed": provider.InvalidRequest,
+	"InvalidUserData.Malformed":   provider.InvalidRequest,
+	// credentials and account standing: abort, block the provider
+	"AuthFailure":                provider.Credentials,
+	"UnauthorizedOperation":      provider.Credentials,
+	"InvalidClientTokenId":       provider.Credentials,
+	"SignatureDoesNotMatch":      provider.Credentials,
+	"MissingAuthenticationToken": provider.Credentials,
+	"IncompleteSignature":        provider.Credentials,
+	"RequestExpired":             provider.Credentials,
+	"ExpiredToken":               provider.Credentials,
+	"AccessDeniedException":      provider.Credentials, // SSM
+	"Blocked":                    provider.Credentials,
+	"PendingVerification":        provider.Credentials,
+	"AccountDisabled":            provider.Credentials,
+	// a replayed token whose instance is gone: the attempt is over
+	"IdempotentInstanceTerminated": provider.Failed,
+}
+
+// codeScopes widens the blocking scope of codes that hold for a whole region.
+var codeScopes = map[string]provider.Scope{
+	"OptInRequired":          provider.ScopeRegion,
+	"VPCIdNotSpecified":      provider.ScopeRegion,
+	"DefaultVpcDoesNotExist": provider.ScopeRegion,
+}
+
+// ErrorCode returns the AWS error code in err's chain ("InsufficientInstanceCapacity"),
+// or "" when err carries none.
+func ErrorCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+// IsCode reports whether err carries one of the AWS error codes.
+func IsCode(err error, codes ...string) bool {
+	c := ErrorCode(err)
+	if c == "" {
+		return false
+	}
+	for _, x := range codes {
+		if c == x {
+			return true
+		}
+	}
+	return false
+}
+
+// response returns the HTTP answer err carries, or nil.
+func response(err error) *http.Response {
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) && re.ResponseError != nil && re.Response != nil {
+		return re.Response.Response
+	}
+	var sre *smithyhttp.ResponseError
+	if errors.As(err, &sre) && sre.Response != nil {
+		return sre.Response.Response
+	}
+	return nil
+}
+
+// httpStatus returns the HTTP status of err's answer, or 0 without one.
+func httpStatus(err error) int {
+	if r := response(err); r != nil {
+		return r.StatusCode
+	}
+	return 0
+}
+
+// retryAfter reads a Retry-After header of err's answer (EC2 does not send
+// one; a proxy in front of it may).
+func retryAfter(err error) time.Duration {
+	r := response(err)
+	if r == nil {
+		return 0
+	}
+	ra := r.Header.Get("Retry-After")
+	if secs, perr := strconv.Atoi(ra); perr == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second
+	}
+	if t, perr := http.ParseTime(ra); perr == nil {
+		return max(0, time.Until(t))
+	}
+	return 0
+}
+
+// kindOf classifies err: by error code first (InsufficientInstanceCapacity
+// is an HTTP 500 that must not read as a server error), then by HTTP status
+// (429 and 5xx Transient, 401/403 Credentials), then by transport (no
+// answer at all, or an answer that could not be read, is Transient: the
+// call may have landed). Everything else is Failed.
+func kindOf(err error) (provider.ErrorKind, provider.Scope) {
+	code := ErrorCode(err)
+	if k, ok := codeKinds[code]; ok {
+		return k, codeScopes[code]
+	}
+	if strings.HasPrefix(code, "Throttling") {
+		return provider.Transient, provider.ScopeDefault
+	}
+	switch st := httpStatus(err); {
+	case st == http.StatusTooManyRequests || st >= 500:
+		return provider.Transient, provider.ScopeDefault
+	case st == http.StatusUnauthorized || st == http.StatusForbidden:
+		return provider.Credentials, provider.ScopeDefault
+	case st != 0:
+		return provider.Failed, provider.ScopeDefault
+	}
+	var de *smithy.DeserializationError
+	var se *smithyhttp.RequestSendError
+	var ne net.Error
+	if errors.As(err, &de) || errors.As(err, &se) || errors.As(err, &ne) {
+		return provider.Transient, provider.ScopeDefault
+	}
+	return provider.Failed, provider.ScopeDefault
+}
+
+// classify wraps err as the *provider.Error of op. A call cut short by the
+// caller's own context is Transient and still matches context.Canceled or
+// context.DeadlineExceeded; one cut short by the per-call timeout is
+// Transient.
+func (p *Provider) classify(ctx context.Context, op string, err error) *provider.Error {
+	if ctx.Err() != nil {
+		return &provider.Error{Kind: provider.Transient, Op: op, Provider: p.name,
+			Err: fmt.Errorf("%w (%v)", context.Cause(ctx), err)}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &provider.Error{Kind: provider.Transient, Op: op, Provider: p.name,
+			Err: fmt.Errorf("no answer within %s: %w", p.requestTimeout(), err)}
+	}
+	kind, scope := kindOf(err)
+	return &provider.Error{Kind: kind, Op: op, Provider: p.name, Err: err, Block: scope, RetryAfter: retryAfter(err)}
+}

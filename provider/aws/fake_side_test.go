@@ -1,0 +1,147 @@
+package aws_test
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// securityGroups serves the security-group actions. Callers hold f.mu.
+func (f *fakeEC2) securityGroups(r *fakeReq) *http.Response {
+	switch r.Action {
+	case "CreateSecurityGroup":
+		name, vpc := r.Form.Get("GroupName"), r.Form.Get("VpcId")
+		for _, sg := range f.sgs {
+			if sg.Region == r.Region && sg.VPC == vpc && sg.Name == name {
+				return ec2Error(400, "InvalidGroup.Duplicate", "The security group '"+name+"' already exists for VPC '"+vpc+"'")
+			}
+		}
+		sg := &fakeSG{ID: f.newID("sg"), Region: r.Region, VPC: vpc, Name: name, Tags: tagSpec(r.Form, "security-group")}
+		f.sgs[sg.ID] = sg
+		return answer("CreateSecurityGroup", `<return>true</return><groupId>`+sg.ID+`</groupId>`)
+	case "AuthorizeSecurityGroupIngress":
+		sg, ok := f.sgs[r.Form.Get("GroupId")]
+		if !ok {
+			return ec2Error(400, "InvalidGroup.NotFound", "no group")
+		}
+		rule := r.Form.Get("IpPermissions.1.IpProtocol") + "/" + r.Form.Get("IpPermissions.1.FromPort")
+		if r.Form.Get("IpPermissions.1.IpRanges.1.CidrIp") != "0.0.0.0/0" {
+			f.t.Errorf("ingress rule without 0.0.0.0/0: %v", r.Form)
+		}
+		if slices.Contains(sg.Rules, rule) {
+			return ec2Error(400, "InvalidPermission.Duplicate", "the rule "+rule+" already exists")
+		}
+		sg.Rules = append(sg.Rules, rule)
+		return answer("AuthorizeSecurityGroupIngress", `<return>true</return>`)
+	case "DescribeSecurityGroups":
+		fs := filters(r.Form)
+		var ids []string
+		for id, sg := range f.sgs {
+			if sg.Region != r.Region || !matchTags(fs, sg.Tags) {
+				continue
+			}
+			if v := fs["group-name"]; v != nil && !slices.Contains(v, sg.Name) {
+				continue
+			}
+			if v := fs["vpc-id"]; v != nil && !slices.Contains(v, sg.VPC) {
+				continue
+			}
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		var b strings.Builder
+		for _, id := range ids {
+			sg := f.sgs[id]
+			fmt.Fprintf(&b, `<item><groupId>%s</groupId><groupName>%s</groupName><vpcId>%s</vpcId>%s</item>`, sg.ID, sg.Name, sg.VPC, tagsXML(sg.Tags))
+		}
+		return answer("DescribeSecurityGroups", `<securityGroupInfo>`+b.String()+`</securityGroupInfo>`)
+	default: // DeleteSecurityGroup
+		id := r.Form.Get("GroupId")
+		if _, ok := f.sgs[id]; !ok {
+			return ec2Error(400, "InvalidGroup.NotFound", "The security group '"+id+"' does not exist")
+		}
+		for _, in := range f.instances {
+			if in.SG == id && in.State != "terminated" {
+				return ec2Error(400, "DependencyViolation", "resource "+id+" has a dependent object")
+			}
+		}
+		delete(f.sgs, id)
+		return answer("DeleteSecurityGroup", `<return>true</return><groupId>`+id+`</groupId>`)
+	}
+}
+
+// keyPairs serves the key-pair actions. Callers hold f.mu.
+func (f *fakeEC2) keyPairs(r *fakeReq) *http.Response {
+	switch r.Action {
+	case "ImportKeyPair":
+		name := r.Form.Get("KeyName")
+		if _, ok := f.keys[r.Region+"|"+name]; ok {
+			return ec2Error(400, "InvalidKeyPair.Duplicate", "The keypair already exists")
+		}
+		material, err := base64.StdEncoding.DecodeString(r.Form.Get("PublicKeyMaterial"))
+		if err != nil || !strings.HasPrefix(string(material), "ssh-") {
+			return ec2Error(400, "InvalidKeyPair.Format", "Key is not in valid OpenSSH public key format")
+		}
+		k := &fakeKey{ID: f.newID("key"), Region: r.Region, Name: name, Material: string(material), Tags: tagSpec(r.Form, "key-pair")}
+		f.keys[r.Region+"|"+name] = k
+		return answer("ImportKeyPair", `<keyName>`+name+`</keyName><keyPairId>`+k.ID+`</keyPairId><keyFingerprint>aa:bb</keyFingerprint>`)
+	case "DescribeKeyPairs":
+		fs := filters(r.Form)
+		var b strings.Builder
+		for _, k := range f.keys {
+			if k.Region != r.Region || !matchTags(fs, k.Tags) {
+				continue
+			}
+			if v := fs["key-name"]; v != nil && !slices.Contains(v, k.Name) {
+				continue
+			}
+			fmt.Fprintf(&b, `<item><keyPairId>%s</keyPairId><keyName>%s</keyName>%s</item>`, k.ID, k.Name, tagsXML(k.Tags))
+		}
+		return answer("DescribeKeyPairs", `<keySet>`+b.String()+`</keySet>`)
+	default: // DeleteKeyPair: silent on a missing key, as EC2 is
+		for key, k := range f.keys {
+			if k.Region == r.Region && (k.ID == r.Form.Get("KeyPairId") || k.Name == r.Form.Get("KeyName")) {
+				delete(f.keys, key)
+			}
+		}
+		return answer("DeleteKeyPair", `<return>true</return>`)
+	}
+}
+
+func (f *fakeEC2) spotPrices(r *fakeReq) *http.Response {
+	var b strings.Builder
+	for _, t := range list(r.Form, "InstanceType") {
+		for key, price := range f.spot {
+			typ, zone, _ := strings.Cut(key, "|")
+			if typ != t || regionOfZone[strings.Split(zone, "-")[0]] != r.Region {
+				continue
+			}
+			fmt.Fprintf(&b, `<item><instanceType>%s</instanceType><productDescription>Linux/UNIX</productDescription><spotPrice>%s</spotPrice><timestamp>%s</timestamp><availabilityZone>%s</availabilityZone><availabilityZoneId>%s</availabilityZoneId></item>`,
+				t, price, f.clk.Now().UTC().Format("2006-01-02T15:04:05Z"), zoneName(zone), zone)
+		}
+	}
+	return answer("DescribeSpotPriceHistory", `<spotPriceHistorySet>`+b.String()+`</spotPriceHistorySet>`)
+}
+
+// offerings answers that every requested type is sold in zones az1 and
+// az2 of the region only.
+func (f *fakeEC2) offerings(r *fakeReq) *http.Response {
+	if lt := r.Form.Get("LocationType"); lt != "availability-zone-id" {
+		f.t.Errorf("DescribeInstanceTypeOfferings with LocationType %q", lt)
+	}
+	var b strings.Builder
+	for prefix, region := range regionOfZone {
+		if region != r.Region {
+			continue
+		}
+		for _, t := range filters(r.Form)["instance-type"] {
+			for _, z := range []string{"az1", "az2"} {
+				fmt.Fprintf(&b, `<item><instanceType>%s</instanceType><locationType>availability-zone-id</locationType><location>%s-%s</location></item>`, t, prefix, z)
+			}
+		}
+	}
+	return answer("DescribeInstanceTypeOfferings", `<instanceTypeOfferingSet>`+b.String()+`</instanceTypeOfferingSet>`)
+}

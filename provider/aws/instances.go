@@ -1,0 +1,340 @@
+package aws
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	awssdk "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/org/gpuprov/provider"
+)
+
+// liveStates are the instance states Observe and List return.
+var liveStates = []string{"pending", "running", "shutting-down", "stopping", "stopped"}
+
+// clientToken returns the RunInstances idempotency token for spec: its
+// IdempotencyToken when it fits EC2's 64 ASCII characters, else a
+// SHA-256 of it (or of installation, VM and attempt when it is empty).
+func clientToken(spec *provider.InstanceSpec) string {
+	t := spec.IdempotencyToken
+	if t != "" && len(t) <= 64 && isASCII(t) {
+		return t
+	}
+	if t == "" {
+		t = fmt.Sprintf("%s/%s/%d", spec.Installation, spec.VM, spec.Attempt)
+	}
+	sum := sha256.Sum256([]byte(t))
+	return hex.EncodeToString(sum[:]) // 64 characters
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// Create sends one RunInstances for the offer: one instance in the
+// prepared subnet (with a public IP), security group and key pair, tagged
+// with the VM identity on the instance and its volumes, carrying the
+// cloud-init user-data (host key, authorized keys) and the idempotency
+// token, terminating itself on shutdown, on the spot market when the offer
+// is spot. A replay with the same token returns the same instance.
+func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
+	var d offerDetail
+	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.InstanceType == "" {
+		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "offer has no AWS instance type in its detail (%s)", offer.Detail)
+	}
+	var pr prepared
+	if err := json.Unmarshal(prep, &pr); err != nil || pr.Subnet == "" || pr.SecurityGroup == "" || pr.AMI == "" {
+		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "prepared data lacks subnet, security group or image (%s)", prep)
+	}
+	region := offer.Location.Region
+	in := &ec2.RunInstancesInput{
+		ClientToken:  awssdk.String(clientToken(spec)),
+		ImageId:      awssdk.String(pr.AMI),
+		InstanceType: types.InstanceType(d.InstanceType),
+		MinCount:     awssdk.Int32(1),
+		MaxCount:     awssdk.Int32(1),
+		NetworkInterfaces: []types.InstanceNetworkInterfaceSpecification{{
+			DeviceIndex: awssdk.Int32(0), SubnetId: awssdk.String(pr.Subnet), Groups: []string{pr.SecurityGroup},
+			AssociatePublicIpAddress: awssdk.Bool(true), DeleteOnTermination: awssdk.Bool(true),
+		}},
+		TagSpecifications: []types.TagSpecification{
+			{ResourceType: types.ResourceTypeInstance, Tags: p.tags(spec.VM)},
+			{ResourceType: types.ResourceTypeVolume, Tags: p.tags(spec.VM)},
+		},
+		UserData:                          awssdk.String(base64.StdEncoding.EncodeToString([]byte(provider.CloudInit(spec)))),
+		InstanceInitiatedShutdownBehavior: types.ShutdownBehaviorTerminate,
+		MetadataOptions:                   &types.InstanceMetadataOptionsRequest{HttpTokens: types.HttpTokensStateRequired},
+	}
+	if pr.KeyName != "" {
+		in.KeyName = awssdk.String(pr.KeyName)
+	}
+	if d.Spot {
+		in.InstanceMarketOptions = &types.InstanceMarketOptionsRequest{MarketType: types.MarketTypeSpot,
+			SpotOptions: &types.SpotMarketOptions{SpotInstanceType: types.SpotInstanceTypeOneTime,
+				InstanceInterruptionBehavior: types.InstanceInterruptionBehaviorTerminate}}
+	}
+	var id string
+	err := p.call(ctx, "create", func(ctx context.Context) error {
+		out, e := p.ec2For(region).RunInstances(ctx, in)
+		if e == nil && len(out.Instances) > 0 {
+			id = awssdk.ToString(out.Instances[0].InstanceId)
+		}
+		return e
+	})
+	if err != nil {
+		return "", err
+	}
+	if id == "" {
+		return "", provider.Errorf(provider.Transient, p.name, "create", "RunInstances answered without an instance id")
+	}
+	p.remember(region, spec.VM, id)
+	p.log.Info("aws: created", "provider", p.name, "vm", spec.VM, "instance", id, "region", region,
+		"zone", offer.Location.Zone, "type", d.InstanceType, "spot", d.Spot)
+	return id, nil
+}
+
+// describe pages through DescribeInstances.
+func (p *Provider) describe(ctx context.Context, op, region string, in *ec2.DescribeInstancesInput) ([]types.Instance, error) {
+	var all []types.Instance
+	err := p.call(ctx, op, func(ctx context.Context) error {
+		pg := ec2.NewDescribeInstancesPaginator(p.ec2For(region), in)
+		for pg.HasMorePages() {
+			out, err := pg.NextPage(ctx)
+			if err != nil {
+				return err
+			}
+			for _, r := range out.Reservations {
+				all = append(all, r.Instances...)
+			}
+		}
+		return nil
+	})
+	return all, err
+}
+
+// Observe returns the live instances of vm in loc (the zone too when loc
+// names one) carrying both identity tags. An instance Create returned
+// within the consistency window that the tag filter does not list yet is
+// looked up by id; InvalidInstanceID.NotFound for it means "not visible
+// yet", not an error.
+func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string) ([]provider.Observed, error) {
+	filters := []types.Filter{filter("tag:"+provider.LabelVM, vm), filter("tag:"+provider.LabelInstallation, p.installation),
+		filter("instance-state-name", liveStates...)}
+	if loc.Zone != "" {
+		filters = append(filters, zoneFilter(loc.Zone))
+	}
+	ins, err := p.describe(ctx, "observe", loc.Region, &ec2.DescribeInstancesInput{Filters: filters})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]provider.Observed, 0, len(ins))
+	seen := map[string]bool{}
+	for _, in := range ins {
+		if tagValue(in.Tags, provider.LabelVM) == vm && tagValue(in.Tags, provider.LabelInstallation) == p.installation {
+			out = append(out, p.observed(loc.Region, in))
+			seen[awssdk.ToString(in.InstanceId)] = true
+		}
+	}
+	for _, id := range p.recentIDs(loc.Region, vm) {
+		if seen[id] {
+			continue
+		}
+		byID, err := p.describe(ctx, "observe", loc.Region, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+		if IsCode(err, "InvalidInstanceID.NotFound") {
+			p.log.Debug("aws: new instance not visible yet", "provider", p.name, "vm", vm, "instance", id)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range byID {
+			o := p.observed(loc.Region, in)
+			if o.Status == provider.StatusTerminated {
+				continue
+			}
+			if v := tagValue(in.Tags, provider.LabelVM); v != "" && v != vm {
+				continue
+			}
+			o.VM = vm
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// List returns every live instance of this installation in loc, or in
+// every configured region (every catalog region when none is configured)
+// when loc is zero.
+func (p *Provider) List(ctx context.Context, loc provider.Location) ([]provider.Observed, error) {
+	regions := []string{loc.Region}
+	if loc.Region == "" {
+		regions = p.cfg.Regions
+		if len(regions) == 0 {
+			regions = p.cat.Regions()
+		}
+	}
+	filters := []types.Filter{filter("tag:"+provider.LabelInstallation, p.installation), filter("tag-key", provider.LabelVM),
+		filter("instance-state-name", liveStates...)}
+	if loc.Zone != "" {
+		filters = append(filters, zoneFilter(loc.Zone))
+	}
+	var out []provider.Observed
+	for _, r := range regions {
+		ins, err := p.describe(ctx, "list", r, &ec2.DescribeInstancesInput{Filters: filters})
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range ins {
+			if tagValue(in.Tags, provider.LabelInstallation) == p.installation && tagValue(in.Tags, provider.LabelVM) != "" {
+				out = append(out, p.observed(r, in))
+			}
+		}
+	}
+	return out, nil
+}
+
+// observed normalizes an instance.
+func (p *Provider) observed(region string, in types.Instance) provider.Observed {
+	var state string
+	if in.State != nil {
+		state = string(in.State.Name)
+	}
+	zone := ""
+	if in.Placement != nil {
+		zone = awssdk.ToString(in.Placement.AvailabilityZoneId)
+		if zone == "" {
+			zone = awssdk.ToString(in.Placement.AvailabilityZone)
+		}
+	}
+	o := provider.Observed{
+		ID: awssdk.ToString(in.InstanceId), VM: tagValue(in.Tags, provider.LabelVM), Status: status(state),
+		PublicIP: awssdk.ToString(in.PublicIpAddress), PrivateIP: awssdk.ToString(in.PrivateIpAddress),
+		Location: provider.Location{Region: region, Zone: zone}, InstanceType: string(in.InstanceType),
+		VendorStatus: state,
+	}
+	if in.LaunchTime != nil {
+		o.Created = *in.LaunchTime
+	}
+	if in.StateReason != nil && awssdk.ToString(in.StateReason.Code) != "" {
+		o.VendorStatus += " (" + awssdk.ToString(in.StateReason.Code) + ")"
+	}
+	if o.Status == provider.StatusRunning && o.PublicIP != "" {
+		o.SSH = &provider.SSHEndpoint{Host: o.PublicIP, Port: 22, User: p.sshUser()}
+	}
+	return o
+}
+
+// status maps an EC2 instance state to the normalized one. A stopped
+// instance is Failed: gpuprov never stops instances, so one that stopped
+// (a spot stop, a capacity or host problem, a retirement) is broken.
+func status(state string) provider.InstanceStatus {
+	switch state {
+	case "pending":
+		return provider.StatusPending
+	case "running":
+		return provider.StatusRunning
+	case "shutting-down", "stopping":
+		return provider.StatusStopping
+	case "stopped":
+		return provider.StatusFailed
+	case "terminated":
+		return provider.StatusTerminated
+	}
+	return provider.StatusUnknown
+}
+
+// Delete terminates ids. An id EC2 does not know (gone, or never there)
+// is success; when a batch fails on one, the others are terminated one by
+// one.
+func (p *Provider) Delete(ctx context.Context, loc provider.Location, vm string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	terminate := func(ids []string) error {
+		err := p.call(ctx, "delete", func(ctx context.Context) error {
+			_, e := p.ec2For(loc.Region).TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: ids})
+			return e
+		})
+		if IsCode(err, "InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed") && len(ids) == 1 {
+			return nil
+		}
+		return err
+	}
+	err := terminate(ids)
+	if !IsCode(err, "InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed") {
+		return err
+	}
+	var first error
+	for _, id := range ids {
+		if err := terminate([]string{id}); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Cleanup deletes the security group and key pair Prepare made for vm in
+// loc's region, found by name and installation tag. A group still used by
+// an instance that is shutting down answers DependencyViolation, which is
+// Transient; what is already gone is success.
+func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string) error {
+	c := p.ec2For(loc.Region)
+	name := provider.ResourceName(vm)
+	var sgs *ec2.DescribeSecurityGroupsOutput
+	err := p.call(ctx, "cleanup", func(ctx context.Context) (e error) {
+		sgs, e = c.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{Filters: []types.Filter{
+			filter("group-name", name), filter("tag:"+provider.LabelInstallation, p.installation)}})
+		return e
+	})
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, sg := range sgs.SecurityGroups {
+		ids = append(ids, awssdk.ToString(sg.GroupId))
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		err := p.call(ctx, "cleanup", func(ctx context.Context) error {
+			_, e := c.DeleteSecurityGroup(ctx, &ec2.DeleteSecurityGroupInput{GroupId: awssdk.String(id)})
+			return e
+		})
+		if err != nil && !IsCode(err, "InvalidGroup.NotFound") {
+			return err
+		}
+	}
+	var keys *ec2.DescribeKeyPairsOutput
+	err = p.call(ctx, "cleanup", func(ctx context.Context) (e error) {
+		keys, e = c.DescribeKeyPairs(ctx, &ec2.DescribeKeyPairsInput{Filters: []types.Filter{
+			filter("key-name", name), filter("tag:"+provider.LabelInstallation, p.installation)}})
+		return e
+	})
+	if IsCode(err, "InvalidKeyPair.NotFound") {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, k := range keys.KeyPairs {
+		err := p.call(ctx, "cleanup", func(ctx context.Context) error {
+			_, e := c.DeleteKeyPair(ctx, &ec2.DeleteKeyPairInput{KeyPairId: k.KeyPairId})
+			return e
+		})
+		if err != nil && !IsCode(err, "InvalidKeyPair.NotFound") {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package aws_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/org/gpuprov/provider"
+)
+
+// A just-created instance the tag filter does not list yet is looked up by
+// id; InvalidInstanceID.NotFound then means "not visible yet": no error.
+func TestObserveInstanceNotVisibleYet(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	ctx := context.Background()
+	o, id := e.launch(t, l4, newSpec(t, "fresh"))
+	e.f.mu.Lock()
+	e.f.hidden[id] = 2 // invisible to the filtered call and to the lookup by id
+	e.f.mu.Unlock()
+	obs, err := e.p.Observe(ctx, o.Location, "fresh")
+	if err != nil || len(obs) != 0 {
+		t.Fatalf("observe of an instance not visible yet: %+v, %v (want none and no error)", obs, err)
+	}
+	byID := 0
+	for _, r := range e.f.requests("DescribeInstances") {
+		if r.Form.Get("InstanceId.1") == id {
+			byID++
+		}
+	}
+	if byID != 1 {
+		t.Fatalf("%d DescribeInstances by id, want 1", byID)
+	}
+	obs, err = e.p.Observe(ctx, o.Location, "fresh")
+	if err != nil || len(obs) != 1 || obs[0].ID != id || obs[0].Status != provider.StatusPending || obs[0].SSH != nil {
+		t.Fatalf("observe once visible: %+v, %v", obs, err)
+	}
+	// Past the consistency window an id no filter lists is not looked up.
+	e.f.mu.Lock()
+	e.f.hidden[id] = 1
+	e.f.mu.Unlock()
+	e.clk.Advance(31 * time.Second)
+	before := len(e.f.requests("DescribeInstances"))
+	if obs, err := e.p.Observe(ctx, o.Location, "fresh"); err != nil || len(obs) != 0 {
+		t.Fatalf("observe: %+v, %v", obs, err)
+	}
+	if n := len(e.f.requests("DescribeInstances")) - before; n != 1 {
+		t.Fatalf("%d DescribeInstances after the window, want only the filtered one", n)
+	}
+}
+
+func TestObserveFiltersAndStatuses(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	ctx := context.Background()
+	o, id := e.launch(t, l4, newSpec(t, "st"))
+	obs, err := e.p.Observe(ctx, o.Location, "st")
+	if err != nil || len(obs) != 1 {
+		t.Fatalf("observe: %+v, %v", obs, err)
+	}
+	r := e.f.requests("DescribeInstances")[0]
+	fs := filters(r.Form)
+	if !slices.Equal(fs["tag:gpuprov"], []string{"st"}) || !slices.Equal(fs["tag:gpuprov-installation"], []string{installation}) ||
+		!slices.Equal(fs["instance-state-name"], []string{"pending", "running", "shutting-down", "stopping", "stopped"}) ||
+		!slices.Equal(fs["availability-zone-id"], []string{o.Location.Zone}) {
+		t.Fatalf("DescribeInstances filters %v", fs)
+	}
+	e.clk.Advance(bootTime)
+	obs, _ = e.p.Observe(ctx, o.Location, "st")
+	if len(obs) != 1 || obs[0].Status != provider.StatusRunning || obs[0].SSH == nil ||
+		obs[0].SSH.Port != 22 || obs[0].SSH.User != "ubuntu" || obs[0].SSH.Host != obs[0].PublicIP || obs[0].Location != o.Location {
+		t.Fatalf("running instance observed as %+v", obs)
+	}
+	for state, want := range map[string]provider.InstanceStatus{
+		"stopping": provider.StatusStopping, "stopped": provider.StatusFailed, "shutting-down": provider.StatusStopping,
+	} {
+		e.f.setState(id, state, "Server.SpotInstanceShutdown")
+		obs, err := e.p.Observe(ctx, o.Location, "st")
+		if err != nil || len(obs) != 1 || obs[0].Status != want || obs[0].SSH != nil {
+			t.Fatalf("%s observed as %+v, %v; want %s without SSH", state, obs, err, want)
+		}
+	}
+	e.f.setState(id, "terminated", "Client.UserInitiatedShutdown")
+	if obs, _ := e.p.Observe(ctx, o.Location, "st"); len(obs) != 0 {
+		t.Fatalf("terminated instance observed: %+v", obs)
+	}
+}
+
+// List finds every VM of this installation, across pages, and no other.
+func TestListPagesAndFiltersByInstallation(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	for _, vm := range []string{"a", "b", "c"} {
+		e.launch(t, l4, newSpec(t, vm))
+	}
+	e.f.mu.Lock()
+	e.f.pageSize = 1
+	for _, in := range e.f.instances {
+		if in.Tags["gpuprov"] == "c" {
+			in.Tags["gpuprov-installation"] = "someone-else"
+		}
+	}
+	e.f.mu.Unlock()
+	all, err := e.p.List(context.Background(), provider.Location{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vms []string
+	for _, o := range all {
+		vms = append(vms, o.VM)
+	}
+	slices.Sort(vms)
+	if !slices.Equal(vms, []string{"a", "b"}) {
+		t.Fatalf("List found VMs %v, want a and b", vms)
+	}
+	pages := 0
+	for _, r := range e.f.requests("DescribeInstances") {
+		if r.Region == "us-east-1" && r.Form.Get("NextToken") != "" {
+			pages++
+		}
+	}
+	if pages != 1 { // two matching instances, one per page
+		t.Fatalf("%d follow-up pages in us-east-1, want 1", pages)
+	}
+}
+
+func TestDeleteOfMissingIDsIsSuccess(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	ctx := context.Background()
+	o, id := e.launch(t, l4, newSpec(t, "del"))
+	if err := e.p.Delete(ctx, o.Location, "del", []string{"i-0fffffffffffffff0"}); err != nil {
+		t.Fatalf("delete of an unknown id: %v", err)
+	}
+	if err := e.p.Delete(ctx, o.Location, "del", []string{"i-0fffffffffffffff0", id}); err != nil {
+		t.Fatalf("delete of a batch with an unknown id: %v", err)
+	}
+	if live := e.f.live(); len(live) != 1 || live[0].State != "shutting-down" {
+		t.Fatalf("after delete: %+v", live)
+	}
+	e.clk.Advance(deleteTime)
+	if live := e.f.live(); len(live) != 0 {
+		t.Fatalf("instance left: %+v", live)
+	}
+	if err := e.p.Delete(ctx, o.Location, "del", []string{id}); err != nil {
+		t.Fatalf("delete of a terminated id: %v", err)
+	}
+}
+
+// Cleanup while the instance shuts down meets DependencyViolation:
+// Transient; once it is gone, the group and the key go too.
+func TestCleanupWaitsForTheInstance(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	ctx := context.Background()
+	o, id := e.launch(t, l4, newSpec(t, "clean"))
+	if err := e.p.Delete(ctx, o.Location, "clean", []string{id}); err != nil {
+		t.Fatal(err)
+	}
+	err := e.p.Cleanup(ctx, o.Location, "clean")
+	pe := errKind(t, err, provider.Transient)
+	if pe.Op != "cleanup" {
+		t.Fatalf("op %q", pe.Op)
+	}
+	if side := e.f.side(); len(side) != 2 {
+		t.Fatalf("side resources after a refused cleanup: %v", side)
+	}
+	e.clk.Advance(deleteTime)
+	if err := e.p.Cleanup(ctx, o.Location, "clean"); err != nil {
+		t.Fatalf("cleanup once the instance is gone: %v", err)
+	}
+	if side := e.f.side(); len(side) != 0 {
+		t.Fatalf("side resources left: %v", side)
+	}
+}
+
+func TestPrepareAdoptsAndOpensPorts(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	ctx := context.Background()
+	spec := newSpec(t, "prep")
+	o := e.offer(t, l4)
+	a, err := e.p.Prepare(ctx, &o, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.p.Prepare(ctx, &o, spec)
+	if err != nil || string(a) != string(b) {
+		t.Fatalf("second prepare: %s, %v; first %s", b, err, a)
+	}
+	var pr struct{ Subnet, SecurityGroup, KeyName, AMI, ZoneID string }
+	if err := json.Unmarshal(a, &struct {
+		Subnet        *string `json:"subnet"`
+		SecurityGroup *string `json:"security_group"`
+		KeyName       *string `json:"key_name"`
+		AMI           *string `json:"ami"`
+		ZoneID        *string `json:"zone_id"`
+	}{&pr.Subnet, &pr.SecurityGroup, &pr.KeyName, &pr.AMI, &pr.ZoneID}); err != nil {
+		t.Fatal(err)
+	}
+	if pr.Subnet != subnetID(o.Location.Zone) || pr.KeyName != "gpuprov-prep" || pr.AMI != testAMI || pr.SecurityGroup == "" {
+		t.Fatalf("prepared %s", a)
+	}
+	e.f.mu.Lock()
+	sg := e.f.sgs[pr.SecurityGroup]
+	key := e.f.keys["us-east-1|gpuprov-prep"]
+	e.f.mu.Unlock()
+	if sg == nil || sg.Name != "gpuprov-prep" || sg.Tags["gpuprov"] != "prep" || sg.Tags["gpuprov-installation"] != installation ||
+		!slices.Equal(sg.Rules, []string{"tcp/22", "tcp/6443"}) {
+		t.Fatalf("security group %+v", sg)
+	}
+	if key == nil || key.Material != spec.AuthorizedKeys[0] || key.Tags["gpuprov"] != "prep" {
+		t.Fatalf("key pair %+v", key)
+	}
+	ssm := e.f.requests("GetParameter")
+	if len(ssm) != 2 || jsonField(ssm[0].Body, "Name") != "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id" ||
+		ssm[0].Header.Get("X-Amz-Target") != "AmazonSSM.GetParameter" || ssm[0].Region != "us-east-1" {
+		t.Fatalf("SSM requests %+v", ssm)
+	}
+}
+
+func TestPrepareRefusesAnotherInstallationsGroup(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	o := e.offer(t, l4)
+	e.f.mu.Lock()
+	e.f.sgs["sg-0other"] = &fakeSG{ID: "sg-0other", Region: "us-east-1", VPC: "vpc-0def00000000000a1", Name: "gpuprov-twin",
+		Tags: map[string]string{"gpuprov": "twin", "gpuprov-installation": "other"}}
+	e.f.mu.Unlock()
+	_, err := e.p.Prepare(context.Background(), &o, newSpec(t, "twin"))
+	errKind(t, err, provider.InvalidRequest)
+}
+
+func TestPrepareImage(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	o := e.offer(t, l4)
+	e.f.ami = ""
+	_, err := e.p.Prepare(context.Background(), &o, newSpec(t, "noimg"))
+	errKind(t, err, provider.Unavailable)
+
+	cfg := awsConfig()
+	cfg.Image = "ami-0aaaabbbbccccdddd"
+	e2 := newEnv(t, cfg)
+	o2 := e2.offer(t, l4)
+	prep, err := e2.p.Prepare(context.Background(), &o2, newSpec(t, "img"))
+	if err != nil || len(e2.f.requests("GetParameter")) != 0 {
+		t.Fatalf("configured image: %s, %v, %d SSM calls", prep, err, len(e2.f.requests("GetParameter")))
+	}
+	spec := newSpec(t, "img2")
+	spec.Image = "ami-0eeeeffff00001111"
+	prep, _ = e2.p.Prepare(context.Background(), &o2, spec)
+	var pr struct {
+		AMI string `json:"ami"`
+	}
+	if json.Unmarshal(prep, &pr); pr.AMI != spec.Image {
+		t.Fatalf("request image not used: %s", prep)
+	}
+}

@@ -1,0 +1,264 @@
+package aws
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	awssdk "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+
+	"github.com/org/gpuprov/provider"
+)
+
+// prepared is what Prepare returns and Create reads (journaled; no secret).
+type prepared struct {
+	Region        string `json:"region"`
+	ZoneID        string `json:"zone_id,omitempty"`
+	VPC           string `json:"vpc"`
+	Subnet        string `json:"subnet"`
+	SecurityGroup string `json:"security_group"`
+	KeyName       string `json:"key_name,omitempty"`
+	AMI           string `json:"ami"`
+}
+
+var zoneIDRE = regexp.MustCompile(`^[a-z0-9]+-az\d+$`)
+
+// zoneFilter filters on a zone id (use1-az4) or a zone name (us-east-1a).
+func zoneFilter(zone string) types.Filter {
+	name := "availability-zone"
+	if zoneIDRE.MatchString(zone) {
+		name = "availability-zone-id"
+	}
+	return types.Filter{Name: awssdk.String(name), Values: []string{zone}}
+}
+
+func filter(name string, values ...string) types.Filter {
+	return types.Filter{Name: awssdk.String(name), Values: values}
+}
+
+// tags is the VM identity every resource carries.
+func (p *Provider) tags(vm string) []types.Tag {
+	return []types.Tag{
+		{Key: awssdk.String("Name"), Value: awssdk.String(provider.ResourceName(vm))},
+		{Key: awssdk.String(provider.LabelVM), Value: awssdk.String(vm)},
+		{Key: awssdk.String(provider.LabelInstallation), Value: awssdk.String(p.installation)},
+	}
+}
+
+func tagValue(tags []types.Tag, key string) string {
+	for _, t := range tags {
+		if awssdk.ToString(t.Key) == key {
+			return awssdk.ToString(t.Value)
+		}
+	}
+	return ""
+}
+
+// Prepare finds the subnet of the offer's zone (the configured subnet, or
+// the default-for-zone subnet of the configured or default VPC), makes the
+// security group gpuprov-<vm> (SSH and spec.OpenPorts from anywhere),
+// imports spec.AuthorizedKeys[0] as key pair gpuprov-<vm>, and resolves
+// the image. Everything it finds already made for this VM in this
+// installation is adopted, so a second Prepare is harmless.
+func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
+	region, zone := offer.Location.Region, offer.Location.Zone
+	c := p.ec2For(region)
+	pr := prepared{Region: region, ZoneID: zone}
+	var err error
+	if pr.VPC, pr.Subnet, err = p.subnet(ctx, c, zone); err != nil {
+		return nil, err
+	}
+	if pr.SecurityGroup, err = p.securityGroup(ctx, c, pr.VPC, spec); err != nil {
+		return nil, err
+	}
+	if len(spec.AuthorizedKeys) > 0 {
+		if pr.KeyName, err = p.keyPair(ctx, c, spec); err != nil {
+			return nil, err
+		}
+	}
+	if pr.AMI, err = p.image(ctx, region, spec); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(pr)
+	if err != nil {
+		return nil, provider.Errorf(provider.Failed, p.name, "prepare", "encode: %w", err)
+	}
+	return b, nil
+}
+
+// subnet returns the VPC and subnet to launch into in zone.
+func (p *Provider) subnet(ctx context.Context, c *ec2.Client, zone string) (vpc, subnet string, err error) {
+	if p.cfg.Subnet != "" {
+		var out *ec2.DescribeSubnetsOutput
+		err = p.call(ctx, "prepare", func(ctx context.Context) (e error) {
+			out, e = c.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{SubnetIds: []string{p.cfg.Subnet}})
+			return e
+		})
+		if IsCode(err, "InvalidSubnetID.NotFound") {
+			// the configured subnet lives in another region: this region is not viable
+			return "", "", &provider.Error{Kind: provider.Unavailable, Op: "prepare", Provider: p.name, Block: provider.ScopeRegion,
+				Err: fmt.Errorf("configured subnet %s is not in this region: %w", p.cfg.Subnet, err)}
+		}
+		if err != nil {
+			return "", "", err
+		}
+		if len(out.Subnets) == 0 {
+			return "", "", provider.Errorf(provider.Unavailable, p.name, "prepare", "configured subnet %s not found", p.cfg.Subnet)
+		}
+		s := out.Subnets[0]
+		if zone != "" && zone != awssdk.ToString(s.AvailabilityZoneId) && zone != awssdk.ToString(s.AvailabilityZone) {
+			return "", "", provider.Errorf(provider.Unavailable, p.name, "prepare", "configured subnet %s is in zone %s, not %s",
+				p.cfg.Subnet, awssdk.ToString(s.AvailabilityZoneId), zone)
+		}
+		return awssdk.ToString(s.VpcId), p.cfg.Subnet, nil
+	}
+	vpc = p.cfg.VPC
+	if vpc == "" {
+		var out *ec2.DescribeVpcsOutput
+		err = p.call(ctx, "prepare", func(ctx context.Context) (e error) {
+			out, e = c.DescribeVpcs(ctx, &ec2.DescribeVpcsInput{Filters: []types.Filter{filter("is-default", "true")}})
+			return e
+		})
+		if err != nil {
+			return "", "", err
+		}
+		if len(out.Vpcs) == 0 {
+			return "", "", &provider.Error{Kind: provider.Unavailable, Op: "prepare", Provider: p.name, Block: provider.ScopeRegion,
+				Err: fmt.Errorf("the region has no default VPC; set vpc or subnet in the [aws] config")}
+		}
+		vpc = awssdk.ToString(out.Vpcs[0].VpcId)
+	}
+	filters := []types.Filter{filter("vpc-id", vpc)}
+	if zone != "" {
+		filters = append(filters, zoneFilter(zone))
+	}
+	if p.cfg.VPC == "" {
+		filters = append(filters, filter("default-for-az", "true"))
+	}
+	var out *ec2.DescribeSubnetsOutput
+	err = p.call(ctx, "prepare", func(ctx context.Context) (e error) {
+		out, e = c.DescribeSubnets(ctx, &ec2.DescribeSubnetsInput{Filters: filters})
+		return e
+	})
+	if err != nil {
+		return "", "", err
+	}
+	var ids []string
+	for _, s := range out.Subnets {
+		ids = append(ids, awssdk.ToString(s.SubnetId))
+	}
+	if len(ids) == 0 {
+		return "", "", provider.Errorf(provider.Unavailable, p.name, "prepare", "VPC %s has no subnet in zone %s", vpc, zone)
+	}
+	slices.Sort(ids)
+	return vpc, ids[0], nil
+}
+
+// securityGroup makes (or adopts) gpuprov-<vm> in vpc and opens SSH and
+// spec.OpenPorts, one rule per call so that a rule already there does not
+// hide one that is missing.
+func (p *Provider) securityGroup(ctx context.Context, c *ec2.Client, vpc string, spec *provider.InstanceSpec) (string, error) {
+	name := provider.ResourceName(spec.VM)
+	var id string
+	err := p.call(ctx, "prepare", func(ctx context.Context) error {
+		out, e := c.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{
+			GroupName: awssdk.String(name), VpcId: awssdk.String(vpc),
+			Description:       awssdk.String("gpuprov VM " + spec.VM),
+			TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeSecurityGroup, Tags: p.tags(spec.VM)}},
+		})
+		if e == nil {
+			id = awssdk.ToString(out.GroupId)
+		}
+		return e
+	})
+	if IsCode(err, "InvalidGroup.Duplicate") {
+		var out *ec2.DescribeSecurityGroupsOutput
+		err = p.call(ctx, "prepare", func(ctx context.Context) (e error) {
+			out, e = c.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{
+				Filters: []types.Filter{filter("group-name", name), filter("vpc-id", vpc)}})
+			return e
+		})
+		if err != nil {
+			return "", err
+		}
+		if len(out.SecurityGroups) == 0 {
+			return "", provider.Errorf(provider.Transient, p.name, "prepare", "security group %s exists but is not listed yet", name)
+		}
+		sg := out.SecurityGroups[0]
+		if inst := tagValue(sg.Tags, provider.LabelInstallation); inst != p.installation {
+			return "", provider.Errorf(provider.InvalidRequest, p.name, "prepare",
+				"security group %s in %s belongs to installation %q, not this one; use another VM name", name, vpc, inst)
+		}
+		id = awssdk.ToString(sg.GroupId)
+	} else if err != nil {
+		return "", err
+	}
+	ports := append([]provider.Port{{Number: 22, Protocol: "tcp"}}, spec.OpenPorts...)
+	for _, pt := range ports {
+		err := p.call(ctx, "prepare", func(ctx context.Context) error {
+			_, e := c.AuthorizeSecurityGroupIngress(ctx, &ec2.AuthorizeSecurityGroupIngressInput{
+				GroupId: awssdk.String(id),
+				IpPermissions: []types.IpPermission{{IpProtocol: awssdk.String(pt.Protocol),
+					FromPort: awssdk.Int32(int32(pt.Number)), ToPort: awssdk.Int32(int32(pt.Number)),
+					IpRanges: []types.IpRange{{CidrIp: awssdk.String("0.0.0.0/0"), Description: awssdk.String("gpuprov " + pt.String())}}}},
+			})
+			return e
+		})
+		if err != nil && !IsCode(err, "InvalidPermission.Duplicate") {
+			return "", err
+		}
+	}
+	return id, nil
+}
+
+// keyPair imports spec.AuthorizedKeys[0] as gpuprov-<vm>; one that exists
+// already is kept (cloud-init installs every authorized key anyway).
+func (p *Provider) keyPair(ctx context.Context, c *ec2.Client, spec *provider.InstanceSpec) (string, error) {
+	name := provider.ResourceName(spec.VM)
+	err := p.call(ctx, "prepare", func(ctx context.Context) error {
+		_, e := c.ImportKeyPair(ctx, &ec2.ImportKeyPairInput{KeyName: awssdk.String(name),
+			PublicKeyMaterial: []byte(strings.TrimSpace(spec.AuthorizedKeys[0])),
+			TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeKeyPair, Tags: p.tags(spec.VM)}}})
+		return e
+	})
+	if err != nil && !IsCode(err, "InvalidKeyPair.Duplicate") {
+		return "", err
+	}
+	return name, nil
+}
+
+// image returns the AMI: the request's, the configured one, or the public
+// SSM parameter's value in region.
+func (p *Provider) image(ctx context.Context, region string, spec *provider.InstanceSpec) (string, error) {
+	switch {
+	case spec.Image != "":
+		return spec.Image, nil
+	case p.cfg.Image != "":
+		return p.cfg.Image, nil
+	}
+	param := p.cfg.ImageParameter
+	if param == "" {
+		param = DefaultImageParameter
+	}
+	var ami string
+	err := p.call(ctx, "prepare", func(ctx context.Context) error {
+		out, e := p.ssmFor(region).GetParameter(ctx, &ssm.GetParameterInput{Name: awssdk.String(param)})
+		if e == nil && out.Parameter != nil {
+			ami = awssdk.ToString(out.Parameter.Value)
+		}
+		return e
+	})
+	if err != nil {
+		return "", err
+	}
+	if !amiRE.MatchString(ami) {
+		return "", provider.Errorf(provider.Unavailable, p.name, "prepare", "SSM parameter %s in %s holds %q, not an AMI id", param, region, ami)
+	}
+	return ami, nil
+}
