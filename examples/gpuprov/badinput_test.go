@@ -1,0 +1,91 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestCLIBadInput checks that bad input exits 2 with a one-line error naming
+// the problem, and creates nothing: no journal, no key, no instance.
+func TestCLIBadInput(t *testing.T) {
+	c := newCLIEnv(t)
+	sim := startSim(t, c, simTimings)
+	good := sim.config
+
+	const extra = "\n[extra]\ntype = \"sim\"\nendpoint = \"http://127.0.0.1:1\"\napi_key = \"k\"\nregionz = [\"x\"]\n"
+	blocker := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name    string
+		config  string // "" leaves no config file
+		env     []string
+		args    []string
+		want    []string // substrings of stderr
+		oneLine bool
+	}{
+		{name: "unknown GPU", config: good, args: []string{"up", "--gpu", "nosuchgpu", "--name", "x1"},
+			want: []string{"gpu", "nosuchgpu"}, oneLine: true},
+		{name: "bad VM name", config: good, args: []string{"up", "--gpu", "h100", "--name", "Bad_Name"},
+			want: []string{"name", "Bad_Name"}, oneLine: true},
+		{name: "bad VM name for down", config: good, args: []string{"down", "Bad_Name"}, want: []string{"name"}, oneLine: true},
+		{name: "unknown provider", config: good, args: []string{"up", "--gpu", "h100", "--provider", "nope"},
+			want: []string{"nope", "not configured"}, oneLine: true},
+		{name: "bad flag value", config: good, args: []string{"up", "--gpu", "h100", "--count", "many"}, want: []string{"count"}},
+		{name: "unknown flag", config: good, args: []string{"list", "--bogus"}, want: []string{"bogus"}},
+		{name: "unknown command", config: good, args: []string{"launch"}, want: []string{"launch"}},
+		{name: "down without VMs", config: good, args: []string{"down"}, want: []string{"--all"}, oneLine: true},
+		{name: "bad output format", config: good, args: []string{"list", "-o", "yaml"}, want: []string{"yaml"}, oneLine: true},
+		{name: "unknown key in a provider table", config: good + extra, args: []string{"up", "--gpu", "h100"},
+			want: []string{`"extra.regionz"`, "config.toml:" + strconv.Itoa(lineOf(good+extra, "regionz")) + ":"}, oneLine: true},
+		{name: "unknown top-level key", config: "jurnal = \"x\"\n" + good, args: []string{"list"},
+			want: []string{`"jurnal"`, "config.toml:1:"}, oneLine: true},
+		{name: "unknown adapter", config: "[nocloud]\nkey = 1\n", args: []string{"list"},
+			want: []string{"config.toml:1:", "nocloud", "sim"}, oneLine: true},
+		{name: "malformed TOML", config: good + "\n[broken\n", args: []string{"list"}, want: []string{"config.toml:"}, oneLine: true},
+		{name: "no config", args: []string{"up", "--gpu", "h100"}, want: []string{"no providers configured", "gpuprov demo", "sim serve", "[sim-a]"}},
+		{name: "state directory cannot be created", config: good, env: []string{"XDG_STATE_HOME=" + filepath.Join(blocker, "state")},
+			args: []string{"up", "--gpu", "h100", "--name", "x2"}, want: []string{"cannot create journal directory", blocker, "not a directory"}, oneLine: true},
+		{name: "journal directory cannot be created", config: "journal = \"sqlite:" + filepath.Join(blocker, "j", "journal.db") + "\"\n" + good,
+			args: []string{"list"}, want: []string{"journal directory", filepath.Join(blocker, "j")}, oneLine: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCLIEnv(t)
+			if tt.config != "" {
+				c.writeConfig(tt.config)
+			}
+			cmd := c.command(tt.args...)
+			cmd.Env = append(cmd.Env, tt.env...)
+			r := c.runCmd(cmd, tt.args)
+			if r.code != 2 {
+				t.Fatalf("exit %d, want 2\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+				}
+			}
+			if tt.oneLine && strings.Count(strings.TrimSuffix(r.stderr, "\n"), "\n") != 0 {
+				t.Errorf("want a one-line error, got:\n%s", r.stderr)
+			}
+			if _, err := os.Stat(c.stateDir()); err == nil {
+				t.Errorf("%s was created", c.stateDir())
+			}
+		})
+	}
+	if live := sim.live(t); len(live) != 0 {
+		t.Errorf("bad input created instances: %+v", live)
+	}
+	if _, err := os.Stat(filepath.Join(blocker, "j")); err == nil {
+		t.Errorf("a journal directory was created under %s", blocker)
+	}
+}
+
+// lineOf is the line (from 1) of the first occurrence of s in doc.
+func lineOf(doc, s string) int { return strings.Count(doc[:strings.Index(doc, s)], "\n") + 1 }

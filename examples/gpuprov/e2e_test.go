@@ -1,0 +1,220 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// simTimings: sim-a boots fast, sim-b slowly enough to kill a launch mid-boot.
+const simTimings = `
+[[clouds]]
+name = "sim-a"
+[clouds.timing]
+api_latency = "1ms"
+boot_time = "300ms"
+delete_time = "100ms"
+
+[[clouds]]
+name = "sim-b"
+[clouds.timing]
+api_latency = "1ms"
+boot_time = "5s"
+delete_time = "100ms"
+`
+
+type listedVM struct {
+	Name     string  `json:"name"`
+	State    string  `json:"state"`
+	Phase    string  `json:"phase"`
+	Provider string  `json:"provider"`
+	Price    float64 `json:"price_per_hour"`
+	Cost     float64 `json:"cost_usd"`
+	Age      float64 `json:"age_seconds"`
+}
+
+func listJSON(t *testing.T, c *cliEnv, args ...string) []listedVM {
+	t.Helper()
+	r := c.ok(append([]string{"list", "-o", "json"}, args...)...)
+	var vms []listedVM
+	if err := json.Unmarshal([]byte(r.stdout), &vms); err != nil {
+		t.Fatalf("list -o json: %v\n%s", err, r.stdout)
+	}
+	return vms
+}
+
+// TestCLILifecycle drives one VM through the CLI binary against `gpuprov sim
+// serve` in its own process: up, list, ssh, health, show, down.
+func TestCLILifecycle(t *testing.T) {
+	c := newCLIEnv(t)
+	sim := startSim(t, c, simTimings)
+	c.writeConfig(sim.config)
+
+	r := c.ok("up", "--gpu", "h100", "--name", "e2e-1", "--provider", "sim-a", "--timeout", "60s")
+	if !strings.Contains(r.stdout, "e2e-1 is ready") {
+		t.Errorf("up output lacks the ready line:\n%s", r.stdout)
+	}
+	// Off a terminal: one RFC3339-stamped line per event.
+	first := strings.SplitN(r.stdout, "\n", 2)[0]
+	if f := strings.Fields(first); len(f) < 3 || f[1] != "e2e-1" || f[2] != "launch" {
+		t.Errorf("first progress line %q: want <RFC3339> e2e-1 launch ...", first)
+	} else if _, err := time.Parse(time.RFC3339, f[0]); err != nil {
+		t.Errorf("first progress line %q: %v", first, err)
+	}
+
+	table := c.ok("list").stdout
+	for _, want := range []string{"NAME", "COST", "e2e-1", "ready", "sim-a", "H100-80GB×1", "$2.49"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("list lacks %q:\n%s", want, table)
+		}
+	}
+	vms := listJSON(t, c)
+	if len(vms) != 1 || vms[0].Name != "e2e-1" || vms[0].State != "ready" || vms[0].Provider != "sim-a" || vms[0].Price <= 0 || vms[0].Cost < 0 {
+		t.Fatalf("list -o json = %+v", vms)
+	}
+
+	if r := c.ok("ssh", "e2e-1", "--", "echo", "ok"); r.stdout != "ok\n" {
+		t.Errorf("ssh echo ok printed %q", r.stdout)
+	}
+	if r := c.run("ssh", "e2e-1", "--", "exit 7"); r.code != 7 {
+		t.Errorf("ssh 'exit 7' exited %d, want the remote code 7", r.code)
+	}
+
+	if r := c.ok("health"); !strings.Contains(r.stdout, "e2e-1") || !strings.Contains(r.stdout, "healthy") {
+		t.Errorf("health:\n%s", r.stdout)
+	}
+	var hs []struct {
+		VM      string `json:"vm"`
+		Verdict string `json:"verdict"`
+	}
+	if err := json.Unmarshal([]byte(c.ok("health", "e2e-1", "-o", "json").stdout), &hs); err != nil || len(hs) != 1 || hs[0].Verdict != "healthy" {
+		t.Errorf("health -o json = %+v (%v)", hs, err)
+	}
+	var show struct {
+		VM       struct{ Name string }   `json:"vm"`
+		Attempts []struct{ N int }       `json:"attempts"`
+		Events   []struct{ Type string } `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(c.ok("show", "e2e-1", "-o", "json").stdout), &show); err != nil ||
+		show.VM.Name != "e2e-1" || len(show.Attempts) != 1 || len(show.Events) < 3 {
+		t.Errorf("show -o json = %+v (%v)", show, err)
+	}
+	if r := c.ok("offers", "--gpu", "h100", "-o", "json"); !strings.Contains(r.stdout, `"sim-b"`) {
+		t.Errorf("offers -o json lacks sim-b:\n%s", r.stdout)
+	}
+
+	c.ok("down", "e2e-1")
+	if vms := listJSON(t, c); len(vms) != 0 {
+		t.Errorf("after down, list = %+v", vms)
+	}
+	if live := sim.live(t); len(live) != 0 {
+		t.Errorf("after down, the sim runs %+v", live)
+	}
+}
+
+// TestCLICrashRecover kills `up` with SIGKILL while its instance boots, then
+// checks that `recover` leaves no orphan and `down --all` leaves nothing.
+func TestCLICrashRecover(t *testing.T) {
+	c := newCLIEnv(t)
+	sim := startSim(t, c, simTimings)
+	c.writeConfig(sim.config)
+
+	up := c.command("up", "--gpu", "h100", "--name", "crash-1", "--provider", "sim-b", "--timeout", "60s")
+	var upOut strings.Builder
+	up.Stdout, up.Stderr = &upOut, &upOut
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- up.Wait() }()
+	// Mid-boot, per the journal: the VM's phase is boot.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		vms := listJSON(t, c)
+		if len(vms) == 1 && vms[0].Phase == "boot" {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = up.Process.Kill()
+			<-waited
+			t.Fatalf("crash-1 never reached phase boot: %+v\nup printed:\n%s", vms, upOut.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := up.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-waited
+	if live := sim.live(t); len(live) != 1 {
+		t.Fatalf("mid-boot the sim runs %d instances, want 1: %+v", len(live), live)
+	}
+
+	if r := c.ok("recover"); !strings.Contains(r.stdout, "crash-1") {
+		t.Errorf("recover did not resume crash-1:\n%s", r.stdout)
+	}
+	known := map[string]bool{}
+	for _, v := range listJSON(t, c, "--all") {
+		known[v.Name] = true
+		if v.Name == "crash-1" && v.State != "ready" {
+			t.Errorf("after recover crash-1 is %s, want ready (its boot resumed)", v.State)
+		}
+	}
+	perVM := map[string]int{}
+	for _, in := range sim.live(t) {
+		vm := in.Labels["gpuprov"]
+		if !known[vm] {
+			t.Errorf("orphan: instance %s (vm label %q) belongs to no VM in the journal", in.ID, vm)
+		}
+		perVM[vm]++
+	}
+	for vm, n := range perVM {
+		if n > 1 {
+			t.Errorf("%s has %d instances, want at most one", vm, n)
+		}
+	}
+
+	c.ok("down", "--all")
+	if live := sim.live(t); len(live) != 0 {
+		t.Errorf("after down --all the sim runs %+v", live)
+	}
+	if n := sim.sideResources(t); n != 0 {
+		t.Errorf("after down --all the sim holds %d side resources", n)
+	}
+}
+
+// TestSimServeRestart checks that `sim serve` keeps its state across a
+// restart: the same API keys, and the instance that was running.
+func TestSimServeRestart(t *testing.T) {
+	c := newCLIEnv(t)
+	dir := t.TempDir()
+	sim := startSimAt(t, c, dir, simTimings)
+	c.writeConfig(sim.config)
+	c.ok("up", "--gpu", "h100", "--name", "keep-1", "--provider", "sim-a", "--timeout", "60s")
+	before := sim.live(t)
+	sim.stop()
+
+	again := startSimAt(t, c, dir, simTimings)
+	keys := func(cfg string) (ks []string) {
+		for _, l := range strings.Split(cfg, "\n") {
+			if strings.HasPrefix(l, "api_key") {
+				ks = append(ks, l)
+			}
+		}
+		return ks
+	}
+	if a, b := keys(sim.config), keys(again.config); len(a) != 2 || strings.Join(a, ",") != strings.Join(b, ",") {
+		t.Errorf("API keys changed across a restart: %v then %v", a, b)
+	}
+	after := again.live(t)
+	if len(before) != 1 || len(after) != 1 || before[0].ID != after[0].ID {
+		t.Errorf("instances before the restart %+v, after %+v", before, after)
+	}
+	// Clean up through the CLI, against the restarted server.
+	c.writeConfig(again.config)
+	c.ok("down", "--all")
+	if live := again.live(t); len(live) != 0 {
+		t.Errorf("after down --all the sim runs %+v", live)
+	}
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/org/gpuprov"
+)
+
+func newDownCmd(e *env) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:     "down VM... | --all",
+		Aliases: []string{"delete", "rm"},
+		Short:   "Delete VMs: every instance confirmed gone, side resources cleaned up",
+		Example: `  gpuprov down train-1
+  gpuprov down --all`,
+		ValidArgsFunction: completeVMs(e),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			switch {
+			case all && len(args) > 0:
+				return usageErrorf("name VMs or use --all, not both")
+			case !all && len(args) == 0:
+				return usageErrorf("name the VMs to delete, or use --all")
+			}
+			for _, a := range args {
+				if err := gpuprov.ValidateName(a); err != nil {
+					return err
+				}
+			}
+			return down(cmd.Context(), e, args, all)
+		}),
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "delete every VM that is not deleted or failed")
+	return cmd
+}
+
+func down(ctx context.Context, e *env, names []string, all bool) error {
+	pr := newProgress(e.stdout, isTTY(e.stdout))
+	s, err := e.open(ctx, sessionOptions{events: []func(gpuprov.Event){pr.Sink}})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if all {
+		vms, err := s.p.List(ctx, gpuprov.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, v := range vms {
+			if !v.State.Terminal() {
+				names = append(names, v.Name)
+			}
+		}
+		if len(names) == 0 {
+			pr.Stop()
+			fmt.Fprintln(e.stdout, "nothing to delete")
+			return nil
+		}
+	} else {
+		for _, n := range names {
+			if _, err := s.p.Get(ctx, n); err != nil {
+				pr.Stop()
+				return err
+			}
+		}
+	}
+	ctx, intr := interruptible(ctx, pr, "interrupted: stopping; `gpuprov recover` or `gpuprov down` finishes the deletions")
+	defer intr.stop()
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() {
+			if err := s.p.Delete(ctx, n); err != nil {
+				errs[i] = fmt.Errorf("%s: %w", n, err)
+			}
+		})
+	}
+	wg.Wait()
+	pr.Stop()
+	if intr.happened() {
+		return &exitError{code: exitInterrupted, err: errors.New("interrupted: deletions left unfinished; run `gpuprov recover`")}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "deleted %s\n", strings.Join(names, ", "))
+	return nil
+}
+
+func newRecoverCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "recover",
+		Short: "Finish what crashed or interrupted commands left: resume launches, finish teardowns",
+		Long: `Recover takes every VM the journal holds in an active state (pending,
+provisioning, deleting) that no live process drives, and drives it to an end
+from its last journaled step: a create is observed and adopted or sent again, a
+boot is waited for, a teardown is finished. Run it after a crash or a second
+Ctrl-C.`,
+		Args: cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			pr := newProgress(e.stdout, isTTY(e.stdout))
+			// Recovered clusters re-join their nodes: give it the joiner.
+			s, err := e.open(ctx, sessionOptions{events: []func(gpuprov.Event){pr.Sink}, joiner: newK3sJoiner(k3sConfig())})
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			ctx, intr := interruptible(ctx, pr, "interrupted: stopping; run `gpuprov recover` again to finish")
+			defer intr.stop()
+			rep, err := s.p.Recover(ctx)
+			pr.Stop()
+			if intr.happened() {
+				return &exitError{code: exitInterrupted, err: errors.New("interrupted")}
+			}
+			if err != nil {
+				return err
+			}
+			if len(rep.Resumed) == 0 && len(rep.Skipped) == 0 {
+				fmt.Fprintln(e.stdout, "nothing to recover")
+				return nil
+			}
+			var failed []error
+			for _, name := range sortedNames(rep.Resumed) {
+				if err := rep.Resumed[name]; err != nil {
+					fmt.Fprintf(e.stdout, "%-24s failed: %s\n", name, oneLine(err.Error()))
+					failed = append(failed, fmt.Errorf("%s: %w", name, err))
+				} else {
+					vm, gerr := s.p.Get(ctx, name)
+					state := "done"
+					if gerr == nil {
+						state = string(vm.State)
+					}
+					fmt.Fprintf(e.stdout, "%-24s recovered: %s\n", name, state)
+				}
+			}
+			for _, name := range sortedNames(rep.Skipped) {
+				fmt.Fprintf(e.stdout, "%-24s skipped: %s\n", name, rep.Skipped[name])
+			}
+			return errors.Join(failed...)
+		}),
+	}
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	var names []string
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func newSweepCmd(e *env) *cobra.Command {
+	var del bool
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "sweep [--delete]",
+		Short: "Find instances of this installation that no VM in the journal owns",
+		Long: `Sweep lists every instance carrying this installation's identity on every
+provider that can list, and reports those the journal does not own (orphans
+from a lost journal, or a crash before the first journal write) older than the
+grace period. With --delete it deletes them. It also finishes teardowns left
+in state deleting.`,
+		Args: cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			s, err := e.open(ctx, sessionOptions{})
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			orphans, err := s.p.Sweep(ctx, gpuprov.SweepOptions{Delete: del, Grace: grace})
+			if len(orphans) == 0 && err == nil {
+				fmt.Fprintln(e.stdout, "no orphans")
+				return nil
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PROVIDER\tINSTANCE\tVM\tLOCATION\tSTATUS\tCREATED\tREASON\tACTION")
+			for _, o := range orphans {
+				action := "none (dry run; use --delete)"
+				switch {
+				case o.Err != nil:
+					action = "delete failed: " + oneLine(o.Err.Error())
+				case o.Deleted:
+					action = "deleted"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Provider, o.ID, dash(o.VM), o.Location, o.Status,
+					o.Created.Format(time.RFC3339), o.Reason, action)
+			}
+			tw.Flush()
+			return err
+		}),
+	}
+	cmd.Flags().BoolVar(&del, "delete", false, "delete the orphans found (default: report only)")
+	cmd.Flags().DurationVar(&grace, "grace", 10*time.Minute, "ignore instances younger than this (covers listing lag and launches in flight)")
+	return cmd
+}

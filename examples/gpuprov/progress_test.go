@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/org/gpuprov"
+)
+
+var progressEvents = []gpuprov.Event{
+	{VM: "a", Type: gpuprov.EvLaunch, Message: "H100-80GB×1"},
+	{VM: "a", Type: gpuprov.EvAttempt, Attempt: 1, Provider: "sim-a", Region: "us-east", Phase: "prepare", Message: "x"},
+	{VM: "a", Type: gpuprov.EvFailure, Attempt: 1, Provider: "sim-a", Region: "us-east", ErrorKind: "capacity", Message: "409\nout of capacity"},
+	{VM: "a", Type: gpuprov.EvAttempt, Attempt: 2, Provider: "sim-b", Region: "us-central", Phase: "prepare", Message: "y"},
+	{VM: "a", Type: gpuprov.EvPhase, Attempt: 2, Provider: "sim-b", Region: "us-central", Phase: "boot"},
+	{Type: gpuprov.EvRetry, Attempt: 2, Message: "create: 500"}, // the library sends retries without VM and time
+}
+
+func TestProgressPlain(t *testing.T) {
+	var b bytes.Buffer
+	pr := newProgress(&b, false)
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, e := range progressEvents {
+		if e.VM != "" {
+			e.Time = at
+		}
+		pr.Sink(e)
+	}
+	pr.Stop()
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != len(progressEvents) {
+		t.Fatalf("%d lines for %d events:\n%s", len(lines), len(progressEvents), b.String())
+	}
+	if want := "2025-01-02T03:04:05Z a failure attempt=1 provider=sim-a region=us-east kind=capacity 409 out of capacity"; lines[2] != want {
+		t.Errorf("line = %q\nwant   %q", lines[2], want)
+	}
+	for _, l := range lines {
+		if _, err := time.Parse(time.RFC3339, strings.Fields(l)[0]); err != nil {
+			t.Errorf("line %q: %v", l, err)
+		}
+	}
+	if strings.Contains(b.String(), "\x1b[") {
+		t.Error("escape sequences off a terminal")
+	}
+}
+
+func TestProgressTTY(t *testing.T) {
+	var b bytes.Buffer
+	pr := newProgress(&b, true)
+	for _, e := range progressEvents {
+		pr.Sink(e)
+	}
+	pr.Stop()
+	out := b.String()
+	if !strings.Contains(out, "\x1b[1A\x1b[J") {
+		t.Errorf("status line not redrawn in place:\n%q", out)
+	}
+	last := out[strings.LastIndex(out, "\x1b[J")+len("\x1b[J"):]
+	for _, want := range []string{"a ", "provisioning/boot", "sim-b us-central", "0:00", "attempt 2"} {
+		if !strings.Contains(last, want) {
+			t.Errorf("last status %q lacks %q", last, want)
+		}
+	}
+	if !strings.Contains(out, "attempt 1 on sim-a us-east failed (capacity)") {
+		t.Errorf("the failure was not kept above the status lines:\n%s", out)
+	}
+}

@@ -1,0 +1,389 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
+)
+
+// listItem is a VM as `list -o json` prints it: the library's VM plus what
+// the table shows.
+type listItem struct {
+	*gpuprov.VM
+	CostUSD    float64 `json:"cost_usd"`
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+func newListCmd(e *env) *cobra.Command {
+	var out string
+	var all bool
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List VMs: state, where, GPUs, price and cost so far",
+		Args:    cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			s, err := e.open(cmd.Context(), sessionOptions{})
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			vms, err := s.p.List(cmd.Context(), gpuprov.ListOptions{})
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			items := []listItem{}
+			for _, v := range vms {
+				if all || !v.State.Terminal() {
+					items = append(items, listItem{VM: v, CostUSD: v.Cost(now), AgeSeconds: now.Sub(v.CreatedAt).Seconds()})
+				}
+			}
+			if out == "json" {
+				return writeJSON(e.stdout, items)
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tPROVIDER\tREGION\tGPU\tPRICE/H\tCOST\tAGE")
+			for _, it := range items {
+				state := string(it.State)
+				if it.Phase != "" {
+					state += "/" + it.Phase
+				}
+				gpu := "-"
+				if it.GPU != "" {
+					gpu = fmt.Sprintf("%s×%d", it.GPU, it.GPUCount)
+				} else if it.Request.GPU != "" {
+					gpu = fmt.Sprintf("%s×%d", it.Request.GPU, max(it.Request.GPUCount, 1))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t$%.2f\t%s\n", it.Name, state, dash(it.Provider), dash(it.Location.String()),
+					gpu, price(it.PricePerHour), it.CostUSD, age(now.Sub(it.CreatedAt)))
+			}
+			return tw.Flush()
+		}),
+	}
+	addOutputFlag(cmd, &out)
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "include deleted and failed VMs")
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func price(p float64) string {
+	if p == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("$%.2f", p)
+}
+
+// age renders a duration the way kubectl does: 45s, 12m, 3h, 2d.
+func age(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// showOutput is `show -o json`.
+type showOutput struct {
+	VM       *gpuprov.VM       `json:"vm"`
+	CostUSD  float64           `json:"cost_usd"`
+	Attempts []journal.Attempt `json:"attempts"`
+	Events   []gpuprov.Event   `json:"events"`
+}
+
+func newShowCmd(e *env) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:               "show VM",
+		Aliases:           []string{"describe"},
+		Short:             "Show a VM with its attempt history and events",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeVMs(e),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			s, err := e.open(cmd.Context(), sessionOptions{})
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			ctx := cmd.Context()
+			vm, err := s.p.Get(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			atts, evs, err := s.p.History(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			so := showOutput{VM: vm, CostUSD: vm.Cost(time.Now()), Attempts: atts, Events: evs}
+			if so.Attempts == nil {
+				so.Attempts = []journal.Attempt{}
+			}
+			if out == "json" {
+				return writeJSON(e.stdout, so)
+			}
+			printShow(e, so)
+			return nil
+		}),
+	}
+	addOutputFlag(cmd, &out)
+	return cmd
+}
+
+func printShow(e *env, so showOutput) {
+	v, w := so.VM, e.stdout
+	fmt.Fprintf(w, "Name:       %s\n", v.Name)
+	if v.Cluster != "" {
+		fmt.Fprintf(w, "Cluster:    %s\n", v.Cluster)
+	}
+	state := string(v.State)
+	if v.Phase != "" {
+		state += " (" + v.Phase + ")"
+	}
+	fmt.Fprintf(w, "State:      %s\n", state)
+	fmt.Fprintf(w, "Request:    %s×%d", v.Request.GPU, max(v.Request.GPUCount, 1))
+	if v.Request.MaxPricePerHour > 0 {
+		fmt.Fprintf(w, " under $%.2f/h", v.Request.MaxPricePerHour)
+	}
+	fmt.Fprintln(w)
+	if v.Provider != "" {
+		fmt.Fprintf(w, "Provider:   %s %s (%s)\n", v.Provider, v.Location, v.InstanceType)
+		fmt.Fprintf(w, "Price:      %s/h, cost so far $%.2f\n", price(v.PricePerHour), so.CostUSD)
+	}
+	if v.InstanceID != "" {
+		fmt.Fprintf(w, "Instance:   %s\n", v.InstanceID)
+	}
+	if v.SSH != nil {
+		fmt.Fprintf(w, "SSH:        %s@%s\n", v.SSH.User, v.SSH.Address())
+	}
+	fmt.Fprintf(w, "Created:    %s\n", v.CreatedAt.Format(time.RFC3339))
+	if !v.ReadyAt.IsZero() {
+		fmt.Fprintf(w, "Ready:      %s (after %s)\n", v.ReadyAt.Format(time.RFC3339), v.ReadyAt.Sub(v.CreatedAt).Round(time.Millisecond))
+	}
+	if v.Owner != "" {
+		fmt.Fprintf(w, "Driven by:  %s (lease until %s)\n", v.Owner, v.LeaseExpiry.Format(time.RFC3339))
+	}
+	if v.LastError != "" {
+		fmt.Fprintf(w, "Last error: %s (%s)\n", oneLine(v.LastError), v.LastErrorKind)
+	}
+	fmt.Fprintf(w, "\nAttempts:\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tPROVIDER\tREGION\tSTATE\tPHASE\tINSTANCES\tERROR")
+	for _, a := range so.Attempts {
+		loc := provider.Location{Region: a.Region, Zone: a.Zone}
+		errText := "-"
+		if a.Error != "" {
+			errText = a.ErrorKind + ": " + oneLine(a.Error)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.N, a.Provider, loc, a.State, dash(a.Phase),
+			dash(strings.Join(a.InstanceIDs, ",")), errText)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nEvents:\n")
+	for _, ev := range so.Events {
+		fmt.Fprintf(w, "  %s  %-16s %s\n", ev.Time.Format("15:04:05.000"), ev.Type, describe(ev))
+	}
+}
+
+func newOffersCmd(e *env) *cobra.Command {
+	var f upFlags
+	var out string
+	cmd := &cobra.Command{
+		Use:   "offers --gpu GPU",
+		Short: "List the offers for a request across every provider, cheapest first",
+		Args:  cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			return offers(cmd.Context(), e, &f, out)
+		}),
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.gpu, "gpu", "", "GPU model or alias (required)")
+	fl.IntVar(&f.count, "count", 1, "GPUs per machine")
+	fl.Float64Var(&f.maxPrice, "max-price", 0, "highest price per machine-hour in USD (0: no limit)")
+	fl.StringVar(&f.spot, "spot", "no", "spot capacity: no, yes or any")
+	fl.Lookup("spot").NoOptDefVal = "yes"
+	fl.StringArrayVar(&f.providers, "provider", nil, "restrict to this provider (repeatable)")
+	fl.StringArrayVar(&f.regions, "region", nil, "restrict to this region (repeatable)")
+	f.timeout = time.Minute
+	addOutputFlag(cmd, &out)
+	_ = cmd.RegisterFlagCompletionFunc("gpu", cobra.FixedCompletions(provider.GPUNames(), cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// offerItem is one row of `offers -o json`.
+type offerItem struct {
+	provider.Offer
+	Blocked *journal.Block `json:"blocked,omitempty"`
+}
+
+func offers(ctx context.Context, e *env, f *upFlags, out string) error {
+	cfg, err := loadConfig(e.configPath)
+	if err != nil {
+		return err
+	}
+	if err := cfg.requireProviders(e.configPath); err != nil {
+		return err
+	}
+	f.name = "offers" // Plan validates a whole Request; the name is not used
+	req, err := f.request(cfg)
+	if err != nil {
+		return err
+	}
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	s, err := e.openChecked(ctx, cfg, sessionOptions{})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	res, err := s.p.Plan(ctx, req)
+	if err != nil {
+		return err
+	}
+	items := []offerItem{}
+	for _, o := range res.Offers {
+		it := offerItem{Offer: o}
+		if b, ok := res.Blocked[o.Key()]; ok {
+			it.Blocked = &b
+		}
+		items = append(items, it)
+	}
+	if out == "json" {
+		return writeJSON(e.stdout, items)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROVIDER\tLOCATION\tTYPE\tGPU\tVCPU\tMEM\tPRICE/H\tSPOT\tNOTE")
+	for _, it := range items {
+		note := ""
+		if it.Blocked != nil {
+			note = fmt.Sprintf("blocked until %s (%s)", it.Blocked.Until.Local().Format("15:04"), it.Blocked.ErrorKind)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s×%d\t%d\t%.0fG\t$%.2f\t%v\t%s\n", it.Provider, it.Location, it.InstanceType,
+			it.GPU, it.GPUCount, it.VCPUs, it.MemoryGB, it.PricePerHour, it.Spot, note)
+	}
+	tw.Flush()
+	for name, perr := range res.Errors {
+		fmt.Fprintf(e.stderr, "warning: provider %s skipped: %s\n", name, oneLine(perr.Error()))
+	}
+	if len(items) == 0 {
+		fmt.Fprintln(e.stderr, "no offers match")
+	}
+	return nil
+}
+
+// healthItem is one entry of `health -o json`.
+type healthItem struct {
+	VM        string              `json:"vm"`
+	Verdict   provider.Verdict    `json:"verdict"`
+	Diagnosis *provider.Diagnosis `json:"diagnosis,omitempty"`
+	Error     string              `json:"error,omitempty"`
+}
+
+func newHealthCmd(e *env) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:               "health [VM...]",
+		Short:             "Diagnose VMs' instances (every ready VM when none is named)",
+		ValidArgsFunction: completeVMs(e),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			s, err := e.open(cmd.Context(), sessionOptions{})
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			items, err := health(cmd.Context(), s.p, args)
+			if err != nil {
+				return err
+			}
+			if out == "json" {
+				if err := writeJSON(e.stdout, items); err != nil {
+					return err
+				}
+			} else {
+				printHealth(e, items)
+			}
+			for _, it := range items {
+				if it.Verdict != provider.Healthy {
+					return &exitError{code: exitFailure, err: fmt.Errorf("%s is %s", it.VM, dash(string(it.Verdict))), silent: out == "json"}
+				}
+			}
+			return nil
+		}),
+	}
+	addOutputFlag(cmd, &out)
+	return cmd
+}
+
+// health diagnoses the named VMs, or every ready VM.
+func health(ctx context.Context, p *gpuprov.Provisioner, names []string) ([]healthItem, error) {
+	if len(names) == 0 {
+		vms, err := p.List(ctx, gpuprov.ListOptions{States: []gpuprov.State{gpuprov.StateReady}})
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vms {
+			names = append(names, v.Name)
+		}
+	}
+	items := []healthItem{}
+	for _, name := range names {
+		if _, err := p.Get(ctx, name); err != nil {
+			return nil, err
+		}
+		d, err := p.Health(ctx, name)
+		if err != nil {
+			items = append(items, healthItem{VM: name, Error: oneLine(err.Error())})
+			continue
+		}
+		items = append(items, healthItem{VM: name, Verdict: d.Verdict(), Diagnosis: &d})
+	}
+	return items, nil
+}
+
+func printHealth(e *env, items []healthItem) {
+	if len(items) == 0 {
+		fmt.Fprintln(e.stdout, "no ready VMs")
+		return
+	}
+	for _, it := range items {
+		if it.Error != "" {
+			fmt.Fprintf(e.stdout, "%-24s error: %s\n", it.VM, it.Error)
+			continue
+		}
+		d := it.Diagnosis
+		fmt.Fprintf(e.stdout, "%-24s %-10s %s %s\n", it.VM, it.Verdict, dash(d.InstanceID), dash(string(d.Status)))
+		for _, f := range d.Findings {
+			fmt.Fprintf(e.stdout, "    %-8s %s: %s\n", f.Severity, f.Code, oneLine(f.Message))
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/org/gpuprov/internal/simcloud"
+	"github.com/org/gpuprov/internal/simcloud/k3semu"
+	"github.com/org/gpuprov/provider"
+)
+
+func newSimCmd(e *env) *cobra.Command {
+	sim := &cobra.Command{
+		Use:   "sim",
+		Short: "The simulated GPU cloud (no account, no network)",
+	}
+	var addr, state, config string
+	serve := &cobra.Command{
+		Use:   "serve [--addr 127.0.0.1:PORT] [--state FILE] [--config sim.toml|sim.json]",
+		Short: "Serve simulated clouds (sim-a, sim-b) on loopback until Ctrl-C",
+		Long: `Serve the simulated clouds on a loopback address until SIGINT or SIGTERM, and
+print (on stdout) the endpoint, each cloud's API key and a config.toml snippet
+to paste into the CLI's config. Every running instance is a real SSH server on
+loopback. The state (instances, keys) is kept in --state and survives a
+restart; instances that were running come back (on new SSH ports).
+
+Faults are injected per cloud with the [clouds.faults] table of --config, or at
+run time through the admin API:
+
+  curl -X PUT -H "Authorization: Bearer $ADMIN_TOKEN" \
+       -d '{"stockout_offers":["*"]}' $ENDPOINT/admin/clouds/sim-a/faults
+
+See docs/cli.md for the file format and the list of faults.`,
+		Args: cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if state == "" {
+				state = filepath.Join(e.stateDir, "sim", "state.json")
+			}
+			return simServe(cmd.Context(), e.stdout, addr, state, config, cmd.Flags().Changed("addr"))
+		}),
+	}
+	serve.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "listen address (loopback only; port 0 picks a free one)")
+	serve.Flags().StringVar(&state, "state", "", "state file (default $XDG_STATE_HOME/gpuprov/sim/state.json)")
+	serve.Flags().StringVar(&config, "config", "", "simulator options file (TOML, or JSON with a .json name): clouds, catalogs, timing, faults")
+	sim.AddCommand(serve)
+	return sim
+}
+
+// checkLoopback refuses any listen address that is not on loopback.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usageErrorf("--addr %q: %v", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return usageErrorf("--addr %q: only loopback addresses (127.0.0.1, ::1, localhost) are served", addr)
+}
+
+func simServe(ctx context.Context, out io.Writer, addr, state, config string, addrSet bool) error {
+	opts := simcloud.DefaultOptions()
+	if config != "" {
+		o, err := simcloud.LoadOptions(config)
+		if err != nil {
+			return &configError{err.Error()}
+		}
+		opts = o
+	}
+	if addrSet || opts.Addr == "" {
+		opts.Addr = addr
+	}
+	if err := checkLoopback(opts.Addr); err != nil {
+		return err
+	}
+	if opts.StateFile == "" {
+		opts.StateFile = state
+	}
+	if err := ensureDir("simulator state directory", filepath.Dir(opts.StateFile)); err != nil {
+		return err
+	}
+	attachK3s(&opts, opts.StateFile+".k3s")
+	srv, err := simcloud.Start(opts)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	printSimConfig(out, srv, opts.StateFile)
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	fmt.Fprintf(out, "# stopping; state kept in %s\n", opts.StateFile)
+	return nil
+}
+
+// attachK3s wires the k3s emulation into every sandbox, so that
+// `gpuprov up --nodes N` forms a (simulated) cluster. The nodes of one
+// cluster are told apart by installation and cluster name (NAME-i).
+func attachK3s(opts *simcloud.Options, dir string) {
+	k3semu.Attach(opts, func(inst simcloud.Instance) k3semu.Options {
+		key := clusterOf(inst.Labels[provider.LabelVM])
+		if in := inst.Labels[provider.LabelInstallation]; in != "" {
+			key = in + "-" + key
+		}
+		return k3semu.Options{ClusterDir: filepath.Join(dir, key), GPUs: inst.GPUCount}
+	})
+}
+
+var nodeSuffix = regexp.MustCompile(`-[0-9]+$`)
+
+// clusterOf guesses the cluster of a node VM named CLUSTER-i.
+func clusterOf(vm string) string {
+	if vm == "" {
+		return "unlabelled"
+	}
+	return nodeSuffix.ReplaceAllString(vm, "")
+}
+
+// printSimConfig prints, as TOML that can be pasted as is, the endpoint,
+// the admin token and one provider table per cloud.
+func printSimConfig(w io.Writer, srv *simcloud.Server, state string) {
+	fmt.Fprintf(w, "# gpuprov sim serve: simulated clouds at %s (state: %s)\n", srv.URL(), state)
+	fmt.Fprintf(w, "# endpoint: %s\n", srv.URL())
+	fmt.Fprintf(w, "# admin token: %s\n", srv.AdminToken())
+	fmt.Fprintf(w, "# inject faults: curl -X PUT -H 'Authorization: Bearer %s' -d '{\"stockout_offers\":[\"*\"]}' %s/admin/clouds/CLOUD/faults\n",
+		srv.AdminToken(), srv.URL())
+	fmt.Fprintf(w, "# paste the rest into %s:\n\n", defaultConfigPath())
+	for _, c := range srv.Clouds() {
+		fmt.Fprintf(w, "[%s]\ntype = \"sim\"\nendpoint = %q\napi_key = %q\npoll_interval = \"250ms\"\n\n", c, srv.URL(), srv.APIKey(c))
+	}
+}

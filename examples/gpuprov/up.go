@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/k3s"
+	"github.com/org/gpuprov/provider"
+)
+
+type upFlags struct {
+	name       string
+	gpu        string
+	count      int
+	maxPrice   float64
+	spot       string
+	providers  []string
+	regions    []string
+	timeout    time.Duration
+	nodes      int
+	minNodes   int
+	kubeconfig string
+}
+
+func newUpCmd(e *env) *cobra.Command {
+	var f upFlags
+	cmd := &cobra.Command{
+		Use:   "up --gpu GPU [--name NAME] [--nodes N]",
+		Short: "Launch one GPU VM, or a k3s cluster with --nodes",
+		Long: `Launch one GPU VM and wait until it is ready (reachable over SSH), or with
+--nodes N a k3s cluster of N such VMs named NAME-0 … NAME-(N-1).
+
+Offers are planned across every configured provider (or those given with
+--provider), cheapest first; stockouts fail over to the next offer. Ctrl-C
+cancels the launch and tears down what it started; a second Ctrl-C exits at
+once and leaves the rest to 'gpuprov recover'.`,
+		Example: `  gpuprov up --gpu h100 --name train-1
+  gpuprov up --gpu h100 --count 8 --max-price 25 --provider aws --region us-east-1
+  gpuprov up --gpu h100 --nodes 3 --name k --kubeconfig ./k.yaml`,
+		Args: cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error { return up(cmd.Context(), e, &f) }),
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.name, "name", "", "VM (or cluster) name; default <gpu>-<random>")
+	fl.StringVar(&f.gpu, "gpu", "", "GPU model or alias (h100, A100-80GB, l4, ...) (required)")
+	fl.IntVar(&f.count, "count", 1, "GPUs per machine")
+	fl.Float64Var(&f.maxPrice, "max-price", 0, "highest price per machine-hour in USD (0: no limit)")
+	fl.StringVar(&f.spot, "spot", "no", "spot capacity: no, yes (spot only) or any (either, cheapest first)")
+	fl.Lookup("spot").NoOptDefVal = "yes"
+	fl.StringArrayVar(&f.providers, "provider", nil, "restrict to this provider (repeatable)")
+	fl.StringArrayVar(&f.regions, "region", nil, "restrict to this region (repeatable; default: default_regions from the config)")
+	fl.DurationVar(&f.timeout, "timeout", gpuprov.DefaultTimeout, "give up (and tear down) after this long")
+	fl.IntVar(&f.nodes, "nodes", 0, "launch a k3s cluster of N nodes")
+	fl.IntVar(&f.minNodes, "min-nodes", 0, "with --nodes: how many must be ready (default all)")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "with --nodes: write the cluster's kubeconfig to PATH (mode 0600)")
+	_ = cmd.RegisterFlagCompletionFunc("gpu", cobra.FixedCompletions(provider.GPUNames(), cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("spot", cobra.FixedCompletions([]string{"no", "yes", "any"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// request builds and validates the request before anything is opened or
+// created: a bad flag is exit 2 with nothing on disk and nothing in a cloud.
+func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
+	req := gpuprov.Request{
+		Name: f.name, GPU: f.gpu, GPUCount: f.count, MaxPricePerHour: f.maxPrice,
+		Providers: f.providers, Regions: f.regions, Timeout: f.timeout,
+	}
+	if len(req.Regions) == 0 {
+		req.Regions = cfg.DefaultRegions
+	}
+	switch f.spot {
+	case "no", "false", "":
+		req.Spot = provider.OnDemand
+	case "yes", "true", "spot":
+		req.Spot = provider.SpotOnly
+	case "any":
+		req.Spot = provider.SpotOrOnDemand
+	default:
+		return req, usageErrorf("--spot %q: want no, yes or any", f.spot)
+	}
+	if req.GPU == "" {
+		return req, usageErrorf("--gpu is required (known: %s)", strings.Join(provider.GPUNames(), ", "))
+	}
+	canon, err := provider.CanonicalGPU(req.GPU)
+	if err != nil {
+		return req, &gpuprov.RequestError{Field: "gpu", Problem: err.Error()}
+	}
+	if req.Name == "" {
+		var b [3]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+		req.Name = strings.ToLower(strings.SplitN(canon, "-", 2)[0]) + "-" + hex.EncodeToString(b[:])
+	}
+	name := req.Name
+	if f.nodes > 0 {
+		name = fmt.Sprintf("%s-%d", req.Name, f.nodes-1) // the longest node name must be valid too
+	}
+	if err := gpuprov.ValidateName(name); err != nil {
+		return req, err
+	}
+	switch {
+	case req.Timeout <= 0:
+		return req, &gpuprov.RequestError{Field: "timeout", Problem: "must be positive"}
+	case f.nodes < 0 || f.nodes > 1000:
+		return req, &gpuprov.RequestError{Field: "nodes", Problem: fmt.Sprintf("%d is not between 1 and 1000", f.nodes)}
+	case f.minNodes < 0 || f.minNodes > f.nodes:
+		return req, &gpuprov.RequestError{Field: "min-nodes", Problem: fmt.Sprintf("%d is not between 0 and --nodes", f.minNodes)}
+	case f.kubeconfig != "" && f.nodes == 0:
+		return req, usageErrorf("--kubeconfig needs --nodes")
+	}
+	var names []string
+	for _, pc := range cfg.Providers {
+		names = append(names, pc.Name)
+	}
+	if err := req.Validate(names); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+func up(ctx context.Context, e *env, f *upFlags) error {
+	cfg, err := loadConfig(e.configPath)
+	if err != nil {
+		return err
+	}
+	if err := cfg.requireProviders(e.configPath); err != nil {
+		return err
+	}
+	req, err := f.request(cfg)
+	if err != nil {
+		return err
+	}
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	pr := newProgress(e.stdout, isTTY(e.stdout))
+	so := sessionOptions{events: []func(gpuprov.Event){pr.Sink}}
+	if f.nodes > 0 {
+		so.joiner = newK3sJoiner(k3sConfig())
+		req.OpenPorts = k3s.Ports(k3sConfig().Network)
+	}
+	s, err := e.openChecked(ctx, cfg, so)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+
+	ctx, intr := interruptible(ctx, pr,
+		"interrupted: tearing down what this command started (Ctrl-C again to leave it to `gpuprov recover`)")
+	defer intr.stop()
+	if f.nodes == 0 {
+		vm, err := s.p.Launch(ctx, req)
+		pr.Stop()
+		if err != nil {
+			return launchError(intr, err)
+		}
+		fmt.Fprintf(e.stdout, "%s is ready: %s %s, %s, %s×%d, $%.2f/h\n", vm.Name, vm.Provider, vm.Location,
+			vm.InstanceID, vm.GPU, vm.GPUCount, vm.PricePerHour)
+		fmt.Fprintf(e.stdout, "  gpuprov ssh %s          # log in\n  gpuprov down %s         # delete it\n", vm.Name, vm.Name)
+		return nil
+	}
+	cl, err := s.p.LaunchCluster(ctx, gpuprov.ClusterRequest{Name: req.Name, Nodes: f.nodes, MinNodes: f.minNodes, Node: req})
+	pr.Stop()
+	if err != nil {
+		return launchError(intr, err)
+	}
+	fmt.Fprintf(e.stdout, "cluster %s is ready: server %s, API %s\n", cl.Name, cl.Server, cl.URL)
+	for _, n := range cl.Nodes {
+		if n != nil && n.State == gpuprov.StateReady {
+			fmt.Fprintf(e.stdout, "  %-24s %s %s, $%.2f/h\n", n.Name, n.Provider, n.Location, n.PricePerHour)
+		}
+	}
+	for name, err := range cl.Errors {
+		fmt.Fprintf(e.stdout, "  %-24s not ready: %s\n", name, oneLine(err.Error()))
+	}
+	if f.kubeconfig != "" {
+		if len(cl.Kubeconfig) == 0 {
+			return errors.New("the cluster returned no kubeconfig")
+		}
+		if err := writeSecretFile(f.kubeconfig, cl.Kubeconfig); err != nil {
+			return fmt.Errorf("kubeconfig: %w", err)
+		}
+		fmt.Fprintf(e.stdout, "kubeconfig written to %s (mode 0600)\n", f.kubeconfig)
+	}
+	return nil
+}
+
+// launchError is the error of a failed or interrupted launch.
+func launchError(intr *interrupt, err error) error {
+	if intr.happened() {
+		what := "interrupted: everything this command started was torn down"
+		if errors.Is(err, gpuprov.ErrTeardownIncomplete) {
+			what = "interrupted: teardown incomplete; run `gpuprov recover` to finish it"
+		}
+		return &exitError{code: exitInterrupted, err: errors.New(what)}
+	}
+	return err
+}
+
+// writeSecretFile writes b to path with mode 0600, atomically.
+func writeSecretFile(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".gpuprov-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // a no-op after the rename
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// exitNow ends the process on a second interrupt (a variable for tests).
+var exitNow = os.Exit
+
+// interrupt turns the first SIGINT/SIGTERM into a cancellation and the
+// second into an immediate exit 3.
+type interrupt struct {
+	mu   sync.Mutex
+	hit  bool
+	ch   chan os.Signal
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func interruptible(ctx context.Context, pr *progress, msg string) (context.Context, *interrupt) {
+	ctx, cancel := context.WithCancel(ctx)
+	in := &interrupt{ch: make(chan os.Signal, 2), done: make(chan struct{})}
+	signal.Notify(in.ch, os.Interrupt, syscall.SIGTERM)
+	in.wg.Go(func() {
+		defer cancel()
+		select {
+		case <-in.ch:
+		case <-in.done:
+			return
+		}
+		in.mu.Lock()
+		in.hit = true
+		in.mu.Unlock()
+		pr.Printf("%s\n", msg)
+		cancel()
+		select {
+		case <-in.ch:
+			pr.Printf("interrupted again: leaving the rest to `gpuprov recover`\n")
+			exitNow(exitInterrupted)
+		case <-in.done:
+		}
+	})
+	return ctx, in
+}
+
+func (in *interrupt) happened() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.hit
+}
+
+func (in *interrupt) stop() {
+	signal.Stop(in.ch)
+	close(in.done)
+	in.wg.Wait()
+}
