@@ -207,12 +207,33 @@ func (d *driver) findLanded(ctx context.Context, pp *paced, a *journal.Attempt) 
 	}
 }
 
+// observe returns what the cloud holds of the VM in the attempt's location,
+// as seen by a look that started after the driver's previous one and after
+// the attempt's create (so every poll sees newer data than the last). On a
+// provider with a Lister, the looks of every VM polling one location share
+// one List call (see lister.go); elsewhere each is an Observe call.
 func (d *driver) observe(ctx context.Context, pp *paced, a *journal.Attempt) ([]provider.Observed, error) {
+	loc := provider.Location{Region: a.Region, Zone: a.Zone}
+	fresh := d.seen.Add(time.Nanosecond)
+	if a.CreateSent.After(fresh) {
+		fresh = a.CreateSent
+	}
+	if pp.lister != nil {
+		obs, started, err := pp.listFor(ctx, d.p.clock, loc, d.row.Name, fresh)
+		if err == nil {
+			d.seen = started
+		}
+		return obs, err
+	}
 	if err := pp.wait(ctx); err != nil {
 		return nil, err
 	}
-	obs, err := pp.Observe(ctx, provider.Location{Region: a.Region, Zone: a.Zone}, d.row.Name)
+	started := d.now()
+	obs, err := pp.Observe(ctx, loc, d.row.Name)
 	pp.note(err)
+	if err == nil {
+		d.seen = started
+	}
 	return obs, err
 }
 

@@ -55,6 +55,7 @@ type driver struct {
 	conn     Conn
 	join     func(ctx context.Context, n Node, c Conn) error // cluster nodes only
 	released bool                                            // the last write freed the lease
+	seen     time.Time                                       // when the last observation used started
 }
 
 func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {

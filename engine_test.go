@@ -3,6 +3,7 @@ package gpuprov_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -165,45 +166,70 @@ func TestPolicy(t *testing.T) {
 			{Op: pt.OpCleanup, Err: pe(provider.Transient, "throttled"), Times: 2}},
 			want{state: journal.StateReady, provider: "a", zone: "us-east-1b", blocks: []string{"offer:a|us-east|us-east-1a|h100.1|od"}, creates: 1}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t)
-			e.fake("a").Script(c.rules...)
-			vm, err := e.p.Launch(context.Background(), h100("vm"))
-			if c.want.errIs != nil {
-				if !errors.Is(err, c.want.errIs) {
-					t.Fatalf("err %v, want %v", err, c.want.errIs)
+	for _, observeOnly := range []bool{false, true} {
+		for _, c := range cases {
+			name := c.name + " (shared listing)"
+			if observeOnly {
+				name = c.name + " (observe per VM)"
+			}
+			t.Run(name, func(t *testing.T) {
+				e := newEnv(t)
+				if observeOnly {
+					e.observeOnly = true
+					e.p = e.provisioner(e.j)
 				}
-			} else if err != nil {
-				t.Fatalf("launch: %v", err)
-			}
-			row := e.assertClean("vm")
-			if row.State != c.want.state {
-				t.Fatalf("state %s, want %s", row.State, c.want.state)
-			}
-			if c.want.state == journal.StateReady && (vm.Provider != c.want.provider || vm.Location.Zone != c.want.zone) {
-				t.Fatalf("ready on %s/%s, want %s/%s", vm.Provider, vm.Location.Zone, c.want.provider, c.want.zone)
-			}
-			blocks, err := e.j.Blocks(context.Background(), e.clk.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			var keys []string
-			for _, b := range blocks {
-				keys = append(keys, b.Key)
-			}
-			slices.Sort(keys)
-			wantKeys := slices.Sorted(slices.Values(c.want.blocks))
-			if !slices.Equal(keys, wantKeys) {
-				t.Fatalf("blocks %v, want %v", keys, wantKeys)
-			}
-			if n := len(e.fake("a").Calls(pt.OpCreate)); n != c.want.creates {
-				t.Fatalf("%d creates on a, want %d", n, c.want.creates)
-			}
-			if got := len(e.fake("a").Calls(pt.OpDelete)) > 0; got != c.want.deletes {
-				t.Fatalf("deletes on a: %v, want %v", got, c.want.deletes)
-			}
-		})
+				var rules []*pt.Rule
+				for _, r := range c.rules {
+					r := *r // rules count their uses: each run gets fresh ones
+					rules = append(rules, &r)
+					if r.Op == pt.OpObserve {
+						// The engine looks through List where the cloud has it.
+						l := r
+						l.Op = pt.OpList
+						rules = append(rules, &l)
+					}
+				}
+				e.fake("a").Script(rules...)
+				vm, err := e.p.Launch(context.Background(), h100("vm"))
+				if c.want.errIs != nil {
+					if !errors.Is(err, c.want.errIs) {
+						t.Fatalf("err %v, want %v", err, c.want.errIs)
+					}
+				} else if err != nil {
+					t.Fatalf("launch: %v", err)
+				}
+				row := e.assertClean("vm")
+				if row.State != c.want.state {
+					t.Fatalf("state %s, want %s", row.State, c.want.state)
+				}
+				if c.want.state == journal.StateReady && (vm.Provider != c.want.provider || vm.Location.Zone != c.want.zone) {
+					t.Fatalf("ready on %s/%s, want %s/%s", vm.Provider, vm.Location.Zone, c.want.provider, c.want.zone)
+				}
+				blocks, err := e.j.Blocks(context.Background(), e.clk.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				var keys []string
+				for _, b := range blocks {
+					keys = append(keys, b.Key)
+				}
+				slices.Sort(keys)
+				wantKeys := slices.Sorted(slices.Values(c.want.blocks))
+				if !slices.Equal(keys, wantKeys) {
+					t.Fatalf("blocks %v, want %v", keys, wantKeys)
+				}
+				if n := len(e.fake("a").Calls(pt.OpCreate)); n != c.want.creates {
+					t.Fatalf("%d creates on a, want %d", n, c.want.creates)
+				}
+				if got := len(e.fake("a").Calls(pt.OpDelete)) > 0; got != c.want.deletes {
+					t.Fatalf("deletes on a: %v, want %v", got, c.want.deletes)
+				}
+				lists, observes := len(e.fake("a").Calls(pt.OpList)), len(e.fake("a").Calls(pt.OpObserve))
+				if observeOnly && lists != 0 || !observeOnly && observes != 0 {
+					t.Fatalf("%d lists and %d observes on a with observeOnly=%v", lists, observes, observeOnly)
+				}
+			})
+		}
 	}
 }
 
@@ -435,4 +461,28 @@ func TestDuplicateInstanceIsDeleted(t *testing.T) {
 	if !slices.Contains(e.eventTypes("twin"), gpuprov.EvDuplicate) {
 		t.Fatalf("no duplicate event: %v", e.eventTypes("twin"))
 	}
+}
+
+// VMs booting in one location share one List call per poll instead of one
+// Observe call each.
+func TestPollingIsSharedPerLocation(t *testing.T) {
+	e := newEnv(t)
+	a := e.fake("a")
+	a.BootTime = 10 * time.Second // ten polls at the fake's 1s interval
+	var reqs []gpuprov.Request
+	for i := range 40 {
+		r := h100(fmt.Sprintf("fleet-%d", i))
+		r.Providers = []string{"a"}
+		reqs = append(reqs, r)
+	}
+	for _, res := range e.p.LaunchMany(context.Background(), reqs) {
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	lists, observes := len(a.Calls(pt.OpList)), len(a.Calls(pt.OpObserve))
+	if observes != 0 || lists > 40 {
+		t.Fatalf("40 VMs booting 10 polls each made %d List and %d Observe calls; want at most 40 Lists (one per poll, not per VM)", lists, observes)
+	}
+	t.Logf("40 VMs × 10 polls: %d List calls", lists)
 }

@@ -26,6 +26,9 @@ type env struct {
 	j     journal.Journal
 	fakes []*pt.Fake
 	p     *gpuprov.Provisioner
+	// observeOnly hides the fakes' List method, so the engine observes
+	// each VM separately instead of sharing a listing.
+	observeOnly bool
 
 	mu     sync.Mutex
 	events []gpuprov.Event
@@ -78,7 +81,11 @@ func (e *env) provisioner(j journal.Journal, opts ...gpuprov.Option) *gpuprov.Pr
 		gpuprov.WithEvents(func(ev gpuprov.Event) { e.mu.Lock(); e.events = append(e.events, ev); e.mu.Unlock() }),
 	}
 	for _, f := range e.fakes {
-		base = append(base, gpuprov.WithProvider(f))
+		if e.observeOnly {
+			base = append(base, gpuprov.WithProvider(noList{f}))
+		} else {
+			base = append(base, gpuprov.WithProvider(f))
+		}
 	}
 	p, err := gpuprov.New(j, append(base, opts...)...)
 	if err != nil {
@@ -87,6 +94,9 @@ func (e *env) provisioner(j journal.Journal, opts ...gpuprov.Option) *gpuprov.Pr
 	e.t.Cleanup(func() { p.Close() })
 	return p
 }
+
+// noList is a provider without provider.Lister.
+type noList struct{ provider.CloudProvider }
 
 func (e *env) fake(name string) *pt.Fake {
 	for _, f := range e.fakes {

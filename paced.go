@@ -26,8 +26,11 @@ type paced struct {
 	caps provider.Capabilities
 	lim  *rate.Limiter // nil: unlimited
 
+	lister provider.Lister // nil: Observe per VM
+
 	mu        sync.Mutex
 	notBefore time.Time // wall clock: Retry-After is a real-time request
+	pollers   map[provider.Location]*poller
 }
 
 func newPaced(cp provider.CloudProvider) *paced {
@@ -44,7 +47,10 @@ func newPaced(cp provider.CloudProvider) *paced {
 	if c.ConsistencyWindow < 0 {
 		c.ConsistencyWindow = 0
 	}
-	pp := &paced{CloudProvider: cp, caps: c}
+	pp := &paced{CloudProvider: cp, caps: c, pollers: map[provider.Location]*poller{}}
+	if l, ok := cp.(provider.Lister); ok {
+		pp.lister = l
+	}
 	if c.RequestsPerSecond > 0 {
 		burst := c.Burst
 		if burst <= 0 {

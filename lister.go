@@ -1,0 +1,90 @@
+package gpuprov
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/provider"
+)
+
+// listing is one List call of one location, shared by every VM that polls
+// there: a thousand VMs booting in one zone cost one API call per poll
+// interval, not a thousand.
+type listing struct {
+	started time.Time
+	done    chan struct{}
+	byVM    map[string][]provider.Observed
+	err     error
+}
+
+// poller coalesces the looks at one location of one provider.
+type poller struct {
+	mu       sync.Mutex
+	last     *listing // the newest finished listing
+	inflight *listing
+}
+
+// listFor returns vm's instances in loc from a listing that started no
+// earlier than fresh: the newest finished one if it qualifies, else the one
+// in flight if it does, else a new one. The List call runs on a context of
+// its own (bounded), so one caller giving up does not fail the others.
+func (pp *paced) listFor(ctx context.Context, clk clock.Clock, loc provider.Location, vm string, fresh time.Time) ([]provider.Observed, time.Time, error) {
+	pp.mu.Lock()
+	pl := pp.pollers[loc]
+	if pl == nil {
+		pl = &poller{}
+		pp.pollers[loc] = pl
+	}
+	pp.mu.Unlock()
+
+	pl.mu.Lock()
+	var l *listing
+	switch {
+	case pl.last != nil && !pl.last.started.Before(fresh):
+		l = pl.last
+	case pl.inflight != nil && !pl.inflight.started.Before(fresh):
+		l = pl.inflight
+	default:
+		l = &listing{started: clk.Now(), done: make(chan struct{})}
+		pl.inflight = l
+		go pp.runListing(pl, l, loc)
+	}
+	pl.mu.Unlock()
+
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+		return nil, time.Time{}, context.Cause(ctx)
+	}
+	if l.err != nil {
+		return nil, time.Time{}, l.err
+	}
+	return l.byVM[vm], l.started, nil
+}
+
+func (pp *paced) runListing(pl *poller, l *listing, loc provider.Location) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	defer close(l.done)
+	if err := pp.wait(ctx); err != nil {
+		l.err = err
+	} else {
+		var all []provider.Observed
+		all, l.err = pp.lister.List(ctx, loc)
+		pp.note(l.err)
+		l.byVM = make(map[string][]provider.Observed)
+		for _, o := range all {
+			l.byVM[o.VM] = append(l.byVM[o.VM], o)
+		}
+	}
+	pl.mu.Lock()
+	if pl.inflight == l {
+		pl.inflight = nil
+	}
+	if l.err == nil && (pl.last == nil || pl.last.started.Before(l.started)) {
+		pl.last = l
+	}
+	pl.mu.Unlock()
+}
