@@ -162,6 +162,9 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 		id, err := pp.Create(ctx, o, a.Prepared, d.spec(a))
 		pp.note(err)
 		if err == nil {
+			// The instance exists now: a look that started before this
+			// moment may not show it, so the next one must start after.
+			d.seen = d.now()
 			return d.recordInstance(ctx, a, id, EvCreated)
 		}
 		if provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil {

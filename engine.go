@@ -96,6 +96,9 @@ func (d *driver) commit(ctx context.Context, st *journal.Step) error {
 	if st.ReleaseLease {
 		d.released = true
 	}
+	if len(st.Blocks) > 0 {
+		d.p.dropBlockCache()
+	}
 	d.p.emit(st.Events)
 	return nil
 }
@@ -147,9 +150,12 @@ func (d *driver) run(ctx context.Context) (*VM, error) {
 // provision resumes the VM from its journaled attempt, then fails over
 // through the offers until one is ready or the launch must end.
 func (d *driver) provision(ctx context.Context) error {
-	attempts, err := d.p.j.Attempts(ctx, d.row.Name)
-	if err != nil {
-		return fmt.Errorf("gpuprov: VM %s: reading attempts: %w", d.row.Name, err)
+	var attempts []journal.Attempt
+	if d.row.Attempt > 0 { // a fresh launch has none to read
+		var err error
+		if attempts, err = d.p.j.Attempts(ctx, d.row.Name); err != nil {
+			return fmt.Errorf("gpuprov: VM %s: reading attempts: %w", d.row.Name, err)
+		}
 	}
 	for i := range attempts {
 		a := &attempts[i]

@@ -157,6 +157,7 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 					}
 					err = pp.Delete(dctx, loc, d.row.Name, del)
 					pp.note(err)
+					d.seen = d.now() // the next look must see the deletion
 					if err == nil {
 						for _, id := range del {
 							requested[id] = true

@@ -64,7 +64,8 @@ type Provisioner struct {
 	bootstrapper Bootstrapper
 	joiner       Joiner
 
-	plans planCache
+	plans      planCache
+	blockCache blockCache
 
 	mu      sync.Mutex
 	held    map[string]int      // VM name → number of drivers holding its lease

@@ -114,7 +114,7 @@ func (p *Provisioner) plan(ctx context.Context, req *Request) (*PlanResult, erro
 		}
 		return nil, fmt.Errorf("gpuprov: every provider's Plan failed: %w", errors.Join(all...))
 	}
-	blocks, err := p.j.Blocks(ctx, p.clock.Now())
+	blocks, err := p.activeBlocks(ctx)
 	if err != nil {
 		return nil, &journalError{err}
 	}
@@ -202,4 +202,50 @@ func (p *Provisioner) planOnce(ctx context.Context, req *Request, names []string
 		return offers[i].Key() < offers[j].Key()
 	})
 	return planEntry{offers: offers, errs: errs, at: p.clock.Now()}
+}
+
+// blocksTTL is how long this process reuses a read of the blocklist. Its own
+// blocks take effect at once (committing one drops the cached read); those
+// of other processes within this delay.
+const blocksTTL = time.Second
+
+type blockCache struct {
+	mu     sync.Mutex
+	at     time.Time
+	blocks []journal.Block
+	valid  bool
+}
+
+// activeBlocks returns the blocks in force now, from a read at most
+// blocksTTL old.
+func (p *Provisioner) activeBlocks(ctx context.Context) ([]journal.Block, error) {
+	now := p.clock.Now()
+	c := &p.blockCache
+	c.mu.Lock()
+	if c.valid && now.Sub(c.at) < blocksTTL {
+		var live []journal.Block
+		for _, b := range c.blocks {
+			if b.Until.After(now) {
+				live = append(live, b)
+			}
+		}
+		c.mu.Unlock()
+		return live, nil
+	}
+	c.mu.Unlock()
+	blocks, err := p.j.Blocks(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.at, c.blocks, c.valid = now, blocks, true
+	c.mu.Unlock()
+	return blocks, nil
+}
+
+// dropBlockCache makes the next plan read the blocklist afresh.
+func (p *Provisioner) dropBlockCache() {
+	p.blockCache.mu.Lock()
+	p.blockCache.valid = false
+	p.blockCache.mu.Unlock()
 }

@@ -82,7 +82,9 @@ type Fake struct {
 	rules     []*Rule
 	calls     []Call
 	instances map[string]*Instance
-	side      map[string]int // "vm|location" → prepares not cleaned up
+	byVM      map[string][]*Instance // Observe's index
+	byToken   map[string]*Instance
+	side      map[string]int         // "vm|location" → prepares not cleaned up
 	nextID    int
 	failBoot  map[string]bool // offer key → instances fail while booting
 }
@@ -100,7 +102,7 @@ func NewFake(name string, c clock.Clock, offers ...provider.Offer) *Fake {
 			PollInterval: time.Second, ConsistencyWindow: 0,
 		},
 		Idempotent: true,
-		instances:  map[string]*Instance{}, side: map[string]int{}, failBoot: map[string]bool{},
+		instances:  map[string]*Instance{}, byVM: map[string][]*Instance{}, byToken: map[string]*Instance{}, side: map[string]int{}, failBoot: map[string]bool{},
 	}
 }
 
@@ -268,26 +270,27 @@ func (f *Fake) Create(ctx context.Context, o *provider.Offer, prepared json.RawM
 		f.log(c)
 		return "", c.Err
 	}
-	if f.Idempotent && spec.IdempotencyToken != "" {
-		for _, in := range f.instances {
-			if in.Token == spec.IdempotencyToken {
-				c.IDs = []string{in.ID}
-				c.Err = serr
-				f.log(c)
-				if serr != nil {
-					return "", serr
-				}
-				return in.ID, nil
-			}
+	if in, ok := f.byToken[spec.IdempotencyToken]; ok && f.Idempotent && spec.IdempotencyToken != "" {
+		c.IDs = []string{in.ID}
+		c.Err = serr
+		f.log(c)
+		if serr != nil {
+			return "", serr
 		}
+		return in.ID, nil
 	}
 	f.nextID++
 	id := fmt.Sprintf("%s-i-%04d", f.NameID, f.nextID)
 	now := f.Clock.Now()
-	f.instances[id] = &Instance{
+	in := &Instance{
 		Observed: provider.Observed{ID: id, VM: spec.VM, Status: provider.StatusPending, Location: o.Location,
 			InstanceType: o.InstanceType, Created: now, VendorStatus: "booting"},
 		Installation: spec.Installation, Offer: o.Key(), Token: spec.IdempotencyToken, FailBoot: f.failBoot[o.Key()],
+	}
+	f.instances[id] = in
+	f.byVM[spec.VM] = append(f.byVM[spec.VM], in)
+	if spec.IdempotencyToken != "" {
+		f.byToken[spec.IdempotencyToken] = in
 	}
 	c.IDs, c.Err = []string{id}, serr
 	f.log(c)
@@ -331,13 +334,13 @@ func (f *Fake) Observe(ctx context.Context, loc provider.Location, vm string) ([
 		return nil, err
 	}
 	f.log(c)
-	return f.list(func(in *Instance) bool { return in.VM == vm && in.Location == loc }), nil
+	return f.list(f.byVM[vm], func(in *Instance) bool { return in.Location == loc }), nil
 }
 
-func (f *Fake) list(match func(*Instance) bool) []provider.Observed {
+func (f *Fake) list(from []*Instance, match func(*Instance) bool) []provider.Observed {
 	now := f.Clock.Now()
 	out := []provider.Observed{}
-	for _, in := range f.instances {
+	for _, in := range from {
 		if in.Installation != f.Installation && f.Installation != "" {
 			continue
 		}
@@ -398,7 +401,11 @@ func (f *Fake) List(ctx context.Context, loc provider.Location) ([]provider.Obse
 		return nil, err
 	}
 	f.log(c)
-	return f.list(func(in *Instance) bool { return loc.IsZero() || in.Location == loc }), nil
+	all := make([]*Instance, 0, len(f.instances))
+	for _, in := range f.instances {
+		all = append(all, in)
+	}
+	return f.list(all, func(in *Instance) bool { return loc.IsZero() || in.Location == loc }), nil
 }
 
 // Break makes an existing instance fail, as a host error would.
