@@ -208,6 +208,9 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 	if p.owner == "" {
 		p.owner = defaultOwner()
 	}
+	for _, pp := range p.providers {
+		pp.clock = p.clock
+	}
 	if err := errors.Join(p.pending...); err != nil {
 		return nil, err
 	}

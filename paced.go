@@ -2,11 +2,13 @@ package gpuprov
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 
+	"github.com/org/gpuprov/internal/clock"
 	"github.com/org/gpuprov/provider"
 )
 
@@ -27,9 +29,10 @@ type paced struct {
 	lim  *rate.Limiter // nil: unlimited
 
 	lister provider.Lister // nil: Observe per VM
+	clock  clock.Clock     // the Provisioner's, set by New
 
 	mu        sync.Mutex
-	notBefore time.Time // wall clock: Retry-After is a real-time request
+	notBefore time.Time // on clock: no call before it (Retry-After)
 	pollers   map[provider.Location]*poller
 }
 
@@ -47,7 +50,7 @@ func newPaced(cp provider.CloudProvider) *paced {
 	if c.ConsistencyWindow < 0 {
 		c.ConsistencyWindow = 0
 	}
-	pp := &paced{CloudProvider: cp, caps: c, pollers: map[provider.Location]*poller{}}
+	pp := &paced{CloudProvider: cp, caps: c, clock: clock.Real, pollers: map[provider.Location]*poller{}}
 	if l, ok := cp.(provider.Lister); ok {
 		pp.lister = l
 	}
@@ -61,24 +64,30 @@ func newPaced(cp provider.CloudProvider) *paced {
 	return pp
 }
 
-// wait blocks until the account may make one more API call.
+// wait blocks until the account may make one more API call: after any
+// Retry-After the cloud asked for, and when the token bucket has a token.
 func (pp *paced) wait(ctx context.Context) error {
 	pp.mu.Lock()
-	d := time.Until(pp.notBefore)
+	d := pp.notBefore.Sub(pp.clock.Now())
 	pp.mu.Unlock()
 	if d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return context.Cause(ctx)
+		if err := pp.clock.Sleep(ctx, d); err != nil {
+			return err
 		}
 	}
 	if pp.lim == nil {
 		return nil
 	}
-	return pp.lim.Wait(ctx)
+	now := pp.clock.Now()
+	r := pp.lim.ReserveN(now, 1)
+	if !r.OK() {
+		return fmt.Errorf("gpuprov: %s: rate limiter cannot grant a call", pp.Name())
+	}
+	if err := pp.clock.Sleep(ctx, r.DelayFrom(now)); err != nil {
+		r.CancelAt(pp.clock.Now())
+		return err
+	}
+	return nil
 }
 
 // note records what an answer says about pacing: a Retry-After pauses the
@@ -86,7 +95,7 @@ func (pp *paced) wait(ctx context.Context) error {
 func (pp *paced) note(err error) {
 	if ra := provider.RetryAfterOf(err); ra > 0 {
 		pp.mu.Lock()
-		if t := time.Now().Add(ra); t.After(pp.notBefore) {
+		if t := pp.clock.Now().Add(ra); t.After(pp.notBefore) {
 			pp.notBefore = t
 		}
 		pp.mu.Unlock()

@@ -1,0 +1,267 @@
+package sim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/internal/simcloud"
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/sim"
+)
+
+// engineEnv is a Provisioner driving the sim adapter against an in-process
+// sim server, both on one fake clock that runs the engine's waits at once.
+type engineEnv struct {
+	*env
+	j      journal.Journal
+	p      *gpuprov.Provisioner
+	mu     sync.Mutex
+	events []gpuprov.Event
+}
+
+func newEngineEnv(t *testing.T, faults simcloud.Faults, cfg sim.Config) *engineEnv {
+	t.Helper()
+	e := &engineEnv{env: newEnv(t, func(o *simcloud.Options) { o.DisableSSH = true })}
+	stop := e.clk.AutoAdvance()
+	t.Cleanup(stop)
+	e.setFaults(t, faults)
+	if cfg.ConsistencyWindow == 0 {
+		cfg.ConsistencyWindow = 10 * time.Second
+	}
+	cfg.PollInterval = time.Second
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	// The adapter's identity must be the journal's.
+	p, _ := newProviderWithInstallation(t, e.srv, cfg, db.Installation())
+	e.j = db
+	e.p, err = gpuprov.New(db, gpuprov.WithProvider(p), gpuprov.WithClock(e.clk),
+		gpuprov.WithBackoff(100*time.Millisecond, 2*time.Second, 1),
+		gpuprov.WithEvents(func(ev gpuprov.Event) { e.mu.Lock(); e.events = append(e.events, ev); e.mu.Unlock() }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.p.Close() })
+	return e
+}
+
+func newProviderWithInstallation(t *testing.T, srv *simcloud.Server, cfg sim.Config, inst string) (*sim.Provider, error) {
+	t.Helper()
+	cfg.Endpoint, cfg.Cloud, cfg.APIKey = srv.URL(), cloudName, srv.APIKey(cloudName)
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = 5 * time.Second
+	}
+	p, err := sim.New(cfg, sim.WithName(cloudName), sim.WithInstallation(inst))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, nil
+}
+
+func (e *engineEnv) has(vm, typ string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.ContainsFunc(e.events, func(ev gpuprov.Event) bool { return ev.VM == vm && ev.Type == typ })
+}
+
+// live returns the sim's instances of vm that are not terminated.
+func (e *engineEnv) live(t *testing.T, vm string) []simcloud.Instance {
+	t.Helper()
+	all, err := e.srv.Instances(cloudName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []simcloud.Instance
+	for _, in := range all {
+		if in.Labels[provider.LabelVM] == vm && in.Status != simcloud.StatusTerminated {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+func (e *engineEnv) blockKeys(t *testing.T) []string {
+	bs, err := e.j.Blocks(context.Background(), e.clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, b := range bs {
+		keys = append(keys, b.Key)
+	}
+	return keys
+}
+
+func engineReq(name string) gpuprov.Request {
+	return gpuprov.Request{Name: name, GPU: "H100-80GB", Timeout: time.Hour}
+}
+
+// TestEngineThroughEveryFault shows, for each fault the sim can inject, what
+// the engine does about it through the sim adapter.
+func TestEngineThroughEveryFault(t *testing.T) {
+	ctx := context.Background()
+	type check func(t *testing.T, e *engineEnv, vm *gpuprov.VM, err error)
+	ready := func(region string) check {
+		return func(t *testing.T, e *engineEnv, vm *gpuprov.VM, err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatalf("launch: %v", err)
+			}
+			if vm.Location.Region != region {
+				t.Fatalf("ready in %s, want %s", vm.Location.Region, region)
+			}
+			if live := e.live(t, vm.Name); len(live) != 1 || live[0].ID != vm.InstanceID {
+				t.Fatalf("ready VM %s (%s) has live instances %+v", vm.Name, vm.InstanceID, live)
+			}
+		}
+	}
+	both := func(cs ...check) check {
+		return func(t *testing.T, e *engineEnv, vm *gpuprov.VM, err error) {
+			for _, c := range cs {
+				c(t, e, vm, err)
+			}
+		}
+	}
+	blocked := func(key string) check {
+		return func(t *testing.T, e *engineEnv, vm *gpuprov.VM, err error) {
+			if keys := e.blockKeys(t); !slices.Contains(keys, key) {
+				t.Fatalf("blocks %v lack %s", keys, key)
+			}
+		}
+	}
+	stat := func(name string, min func(simcloud.Stats) int) check {
+		return func(t *testing.T, e *engineEnv, vm *gpuprov.VM, err error) {
+			st, serr := e.srv.Stats(cloudName)
+			if serr != nil {
+				t.Fatal(serr)
+			}
+			if min(st) == 0 {
+				t.Fatalf("the sim reports no %s: the fault did not fire (%+v)", name, st)
+			}
+		}
+	}
+	event := func(typ string) check {
+		return func(t *testing.T, e *engineEnv, vm *gpuprov.VM, err error) {
+			if !e.has("vm", typ) {
+				t.Fatalf("no %s event", typ)
+			}
+		}
+	}
+	cases := []struct {
+		name   string
+		faults simcloud.Faults
+		cfg    sim.Config
+		check  check
+	}{
+		{"stockout: next offer, offer blocked", simcloud.Faults{StockoutOffers: []string{"a-h100x1-use1a"}},
+			sim.Config{}, both(ready("eu-west"), blocked("offer:sim-a|us-east|us-east-1a|gpu.h100.1x|od"))},
+		{"quota: region blocked", simcloud.Faults{QuotaRegions: []string{"us-east"}},
+			sim.Config{}, both(ready("eu-west"), blocked("region:sim-a|us-east"))},
+		{"429 with Retry-After: retried", simcloud.Faults{ThrottleRate: 0.4, RetryAfter: simcloud.Duration(2 * time.Second)},
+			sim.Config{}, both(ready("us-east"), stat("429s", func(s simcloud.Stats) int { return s.RateLimited }))},
+		{"5xx: retried", simcloud.Faults{ErrorRate: 0.4},
+			sim.Config{}, both(ready("us-east"), stat("5xx", func(s simcloud.Stats) int { return s.Errors["internal"] + s.Errors["unavailable"] }))},
+		{"timeouts: retried, creates observed first", simcloud.Faults{TimeoutRate: 0.3, TimeoutHold: simcloud.Duration(time.Minute)},
+			sim.Config{RequestTimeout: 200 * time.Millisecond}, both(ready("us-east"), stat("timeouts", func(s simcloud.Stats) int { return s.Timeouts }))},
+		{"lost create response: adopted, not duplicated", simcloud.Faults{LostCreateRate: 1},
+			sim.Config{}, both(ready("us-east"), event(gpuprov.EvAdopted))},
+		{"lost create behind listing lag: adopted after the lag", simcloud.Faults{LostCreateRate: 1, ListingLag: simcloud.Duration(6 * time.Second)},
+			sim.Config{ConsistencyWindow: 10 * time.Second}, both(ready("us-east"), event(gpuprov.EvAdopted))},
+		{"lost create, idempotency token ignored, listing lag: still one machine", simcloud.Faults{LostCreateRate: 1, ListingLag: simcloud.Duration(4 * time.Second)},
+			sim.Config{NoIdempotencyToken: true, ConsistencyWindow: 10 * time.Second}, ready("us-east")},
+		{"boot failure: torn down, next offer", simcloud.Faults{BootFailOffers: []string{"a-h100x1-use1a"}},
+			sim.Config{}, both(ready("eu-west"), event(gpuprov.EvTornDown))},
+		{"insufficient funds: provider blocked, launch fails clean", simcloud.Faults{InsufficientFunds: true},
+			sim.Config{}, func(t *testing.T, e *engineEnv, vm *gpuprov.VM, err error) {
+				if !errors.Is(err, gpuprov.ErrNoOffers) {
+					t.Fatalf("err %v, want ErrNoOffers after the provider was blocked", err)
+				}
+				blocked("provider:sim-a")(t, e, vm, err)
+				if live := e.live(t, "vm"); len(live) != 0 {
+					t.Fatalf("live %+v", live)
+				}
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEngineEnv(t, c.faults, c.cfg)
+			vm, err := e.p.Launch(ctx, engineReq("vm"))
+			c.check(t, e, vm, err)
+		})
+	}
+}
+
+func TestEngineSlowDeleteWaitsUntilGone(t *testing.T) {
+	e := newEngineEnv(t, simcloud.Faults{SlowDelete: simcloud.Duration(45 * time.Second)}, sim.Config{})
+	if _, err := e.p.Launch(context.Background(), engineReq("vm")); err != nil {
+		t.Fatal(err)
+	}
+	start := e.clk.Now()
+	if err := e.p.Delete(context.Background(), "vm"); err != nil {
+		t.Fatal(err)
+	}
+	if waited := e.clk.Now().Sub(start); waited < 45*time.Second {
+		t.Fatalf("Delete returned after %v; the instance stays stopping for 45s", waited)
+	}
+	if live := e.live(t, "vm"); len(live) != 0 {
+		t.Fatalf("live after delete: %+v", live)
+	}
+	res, err := e.srv.SideResources(cloudName)
+	if err != nil || len(res.Firewalls)+len(res.SSHKeys) != 0 {
+		t.Fatalf("side resources after delete: %+v %v", res, err)
+	}
+}
+
+func TestEnginePreemptionShowsInHealth(t *testing.T) {
+	e := newEngineEnv(t, simcloud.Faults{}, sim.Config{})
+	vm, err := e.p.Launch(context.Background(), engineReq("vm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.Preempt(cloudName, vm.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.p.Health(context.Background(), "vm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := d.Verdict(); v != provider.Unhealthy && v != provider.Gone {
+		t.Fatalf("verdict %s after preemption: %+v", v, d)
+	}
+	if !slices.ContainsFunc(d.Findings, func(f provider.Finding) bool { return f.Code == "preempted" }) {
+		t.Fatalf("no preempted finding: %+v", d.Findings)
+	}
+}
+
+// The account's rate limit (a token bucket in the sim) is respected by the
+// core's own pacing: several launches at once get no 429 and all succeed.
+func TestEngineRespectsTheRateLimit(t *testing.T) {
+	e := newEngineEnv(t, simcloud.Faults{RateLimit: 10, RateBurst: 5}, sim.Config{RequestsPerSecond: 10, Burst: 5})
+	var reqs []gpuprov.Request
+	for i := range 6 {
+		reqs = append(reqs, engineReq(fmt.Sprintf("vm-%d", i)))
+	}
+	for _, r := range e.p.LaunchMany(context.Background(), reqs) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	st, err := e.srv.Stats(cloudName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RateLimited != 0 {
+		t.Fatalf("%d calls answered 429 although the core paces itself to the limit", st.RateLimited)
+	}
+}
