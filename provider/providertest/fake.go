@@ -84,7 +84,7 @@ type Fake struct {
 	instances map[string]*Instance
 	byVM      map[string][]*Instance // Observe's index
 	byToken   map[string]*Instance
-	side      map[string]int         // "vm|location" → prepares not cleaned up
+	side      map[string]int // "vm|location" → prepares not cleaned up
 	nextID    int
 	failBoot  map[string]bool // offer key → instances fail while booting
 }
