@@ -9,8 +9,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 
+	toml "github.com/pelletier/go-toml/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/org/gpuprov/internal/simcloud"
@@ -24,6 +26,7 @@ func newSimCmd(e *env) *cobra.Command {
 		Short: "The simulated GPU cloud (no account, no network)",
 	}
 	var addr, state, config string
+	var faults []string
 	serve := &cobra.Command{
 		Use:   "serve [--addr 127.0.0.1:PORT] [--state FILE] [--config sim.toml|sim.json]",
 		Short: "Serve simulated clouds (sim-a, sim-b) on loopback until Ctrl-C",
@@ -33,8 +36,11 @@ to paste into the CLI's config. Every running instance is a real SSH server on
 loopback. The state (instances, keys) is kept in --state and survives a
 restart; instances that were running come back (on new SSH ports).
 
-Faults are injected per cloud with the [clouds.faults] table of --config, or at
-run time through the admin API:
+Faults are injected per cloud with --fault (repeatable), with the
+[clouds.faults] table of --config, or at run time through the admin API:
+
+  gpuprov sim serve --fault sim-a.stockout_offers='["a-h100x1-use1a"]' --fault '*.error_rate=0.02'
+
 
   curl -X PUT -H "Authorization: Bearer $ADMIN_TOKEN" \
        -d '{"stockout_offers":["*"]}' $ENDPOINT/admin/clouds/sim-a/faults
@@ -45,12 +51,13 @@ See docs/cli.md for the file format and the list of faults.`,
 			if state == "" {
 				state = filepath.Join(e.stateDir, "sim", "state.json")
 			}
-			return simServe(cmd.Context(), e.stdout, addr, state, config, cmd.Flags().Changed("addr"))
+			return simServe(cmd.Context(), e.stdout, addr, state, config, faults, cmd.Flags().Changed("addr"))
 		}),
 	}
 	serve.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "listen address (loopback only; port 0 picks a free one)")
 	serve.Flags().StringVar(&state, "state", "", "state file (default $XDG_STATE_HOME/gpuprov/sim/state.json)")
 	serve.Flags().StringVar(&config, "config", "", "simulator options file (TOML, or JSON with a .json name): clouds, catalogs, timing, faults")
+	serve.Flags().StringArrayVar(&faults, "fault", nil, "CLOUD.KEY=VALUE: set one fault of a cloud (* for every cloud); VALUE is TOML, e.g. 0.05, \"2s\", [\"us-east\"]")
 	sim.AddCommand(serve)
 	return sim
 }
@@ -70,7 +77,7 @@ func checkLoopback(addr string) error {
 	return usageErrorf("--addr %q: only loopback addresses (127.0.0.1, ::1, localhost) are served", addr)
 }
 
-func simServe(ctx context.Context, out io.Writer, addr, state, config string, addrSet bool) error {
+func simServe(ctx context.Context, out io.Writer, addr, state, config string, faults []string, addrSet bool) error {
 	opts := simcloud.DefaultOptions()
 	if config != "" {
 		o, err := simcloud.LoadOptions(config)
@@ -78,6 +85,11 @@ func simServe(ctx context.Context, out io.Writer, addr, state, config string, ad
 			return &configError{err.Error()}
 		}
 		opts = o
+	}
+	for _, f := range faults {
+		if err := applyFault(&opts, f); err != nil {
+			return err
+		}
 	}
 	if addrSet || opts.Addr == "" {
 		opts.Addr = addr
@@ -141,4 +153,36 @@ func printSimConfig(w io.Writer, srv *simcloud.Server, state string) {
 	for _, c := range srv.Clouds() {
 		fmt.Fprintf(w, "[%s]\ntype = \"sim\"\nendpoint = %q\napi_key = %q\npoll_interval = \"250ms\"\n\n", c, srv.URL(), srv.APIKey(c))
 	}
+}
+
+// applyFault sets one fault, "CLOUD.KEY=VALUE" with a TOML value, on the
+// named cloud or, for "*", on every cloud. Unknown clouds and keys are usage
+// errors naming them.
+func applyFault(opts *simcloud.Options, spec string) error {
+	target, value, ok := strings.Cut(spec, "=")
+	cloud, key, ok2 := strings.Cut(target, ".")
+	if !ok || !ok2 || cloud == "" || key == "" {
+		return usageErrorf("--fault %q: want CLOUD.KEY=VALUE, e.g. sim-a.error_rate=0.02", spec)
+	}
+	matched := false
+	for i := range opts.Clouds {
+		c := &opts.Clouds[i]
+		if cloud != "*" && cloud != c.Name {
+			continue
+		}
+		matched = true
+		dec := toml.NewDecoder(strings.NewReader(key + " = " + value))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c.Faults); err != nil {
+			return usageErrorf("--fault %q: %v", spec, err)
+		}
+	}
+	if !matched {
+		var names []string
+		for _, c := range opts.Clouds {
+			names = append(names, c.Name)
+		}
+		return usageErrorf("--fault %q: no cloud %q (clouds: %s)", spec, cloud, strings.Join(names, ", "))
+	}
+	return nil
 }
