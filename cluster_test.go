@@ -13,6 +13,7 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	pt "github.com/org/gpuprov/provider/providertest"
 )
@@ -208,11 +209,17 @@ func TestConnectFailureFailsOverBootstrapFailureAborts(t *testing.T) {
 	e.assertClean("broken")
 }
 
-// Two Provisioners (two processes) on one journal file: concurrent launches
-// are safe, and Recover leaves a VM alone while its owner's lease is live.
+// Two Provisioners, each with its own handle on one journal file as two
+// processes would have: concurrent launches are safe, and Recover leaves a VM
+// alone while its owner's lease is live.
 func TestTwoProvisionersShareAJournal(t *testing.T) {
 	e := newEnv(t)
-	p2 := e.provisioner(e.j)
+	db2, err := sqlite.Open(context.Background(), e.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db2.Close() })
+	p2 := e.provisioner(db2)
 	var wg sync.WaitGroup
 	errs := make(chan error, 20)
 	for i := range 10 {
