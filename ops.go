@@ -153,16 +153,23 @@ func (p *Provisioner) acquire(ctx context.Context, name string) (journal.VM, err
 	if err != nil {
 		return journal.VM{}, fmt.Errorf("gpuprov: VM %s: %w", name, err)
 	}
+	dead := row.Owner != "" && row.Owner != p.owner && !ownerAlive(row.Owner)
+	return p.acquireFrom(ctx, row, dead)
+}
+
+// acquireFrom takes the lease of the VM read as row; ownerDead says its
+// owner is proven gone (the lease is then taken before it expires).
+func (p *Provisioner) acquireFrom(ctx context.Context, row journal.VM, ownerDead bool) (journal.VM, error) {
 	var dead []string
-	if row.Owner != "" && row.Owner != p.owner && !ownerAlive(row.Owner) {
+	if ownerDead {
 		dead = append(dead, row.Owner)
 	}
 	now := p.clock.Now()
-	row, err = p.j.Acquire(ctx, name, p.owner, now, now.Add(p.leaseTTL), dead...)
+	got, err := p.j.Acquire(ctx, row.Name, p.owner, now, now.Add(p.leaseTTL), dead...)
 	if err != nil {
-		return journal.VM{}, fmt.Errorf("gpuprov: VM %s: %w", name, err)
+		return journal.VM{}, fmt.Errorf("gpuprov: VM %s: %w", row.Name, err)
 	}
-	return row, nil
+	return got, nil
 }
 
 // finishDelete tears down every attempt not yet torn down and marks the VM

@@ -38,45 +38,68 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 	}
 	rep := &RecoverReport{Resumed: map[string]error{}, Skipped: map[string]string{}}
 	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		alive = map[string]bool{} // owner → ownerAlive, asked once per owner
+		// Take-overs run in parallel, so their journal writes share
+		// commits; a bound keeps a 10,000-VM journal from opening 10,000
+		// transactions at once.
+		sem = make(chan struct{}, 64)
 	)
+	skip := func(name, why string) { mu.Lock(); rep.Skipped[name] = why; mu.Unlock() }
+	done := func(name string, err error) { mu.Lock(); rep.Resumed[name] = err; mu.Unlock() }
 	for _, r := range rows {
 		p.mu.Lock()
 		_, local := p.running[r.Name]
 		p.mu.Unlock()
 		if local {
-			rep.Skipped[r.Name] = "driven by this process"
+			skip(r.Name, "driven by this process")
 			continue
 		}
-		row, err := p.acquire(ctx, r.Name)
-		if err != nil {
-			rep.Skipped[r.Name] = err.Error()
-			continue
-		}
-		d, err := p.newDriver(row)
-		if err != nil || !row.State.Active() {
-			if err != nil {
-				rep.Resumed[row.Name] = err
+		dead := false
+		if r.Owner != "" && r.Owner != p.owner {
+			a, known := alive[r.Owner]
+			if !known {
+				a = ownerAlive(r.Owner)
+				alive[r.Owner] = a
 			}
-			// Not ours to drive after all; an error here only means the
-			// lease runs out on its own.
-			_ = p.j.Release(ctx, row.Name, p.owner)
-			continue
+			dead = !a
 		}
-		if err := d.commit(ctx, &journal.Step{Update: &d.row, Events: []journal.Event{{Type: EvRecovered,
-			Phase: row.Phase, Attempt: row.Attempt, Message: fmt.Sprintf("taken over from %q in state %s", r.Owner, row.State)}}}); err != nil {
-			rep.Resumed[row.Name] = err
-			continue
-		}
-		if row.Cluster != "" && p.joiner != nil && row.Phase == PhaseJoin {
-			d.join = p.recoveredJoin(row.Cluster, row.Name)
-		}
+		sem <- struct{}{}
 		wg.Go(func() {
-			_, err := p.drive(ctx, d)
-			mu.Lock()
-			rep.Resumed[d.row.Name] = err
-			mu.Unlock()
+			held := true
+			defer func() {
+				if held {
+					<-sem
+				}
+			}()
+			row, err := p.acquireFrom(ctx, r, dead)
+			if err != nil {
+				skip(r.Name, err.Error())
+				return
+			}
+			d, err := p.newDriver(row)
+			if err != nil || !row.State.Active() {
+				if err != nil {
+					done(row.Name, err)
+				}
+				// Not ours to drive after all; an error here only means
+				// the lease runs out on its own.
+				_ = p.j.Release(ctx, row.Name, p.owner)
+				return
+			}
+			if err := d.commit(ctx, &journal.Step{Update: &d.row, Events: []journal.Event{{Type: EvRecovered,
+				Phase: row.Phase, Attempt: row.Attempt, Message: fmt.Sprintf("taken over from %q in state %s", r.Owner, row.State)}}}); err != nil {
+				done(row.Name, err)
+				return
+			}
+			if row.Cluster != "" && p.joiner != nil && row.Phase == PhaseJoin {
+				d.join = p.recoveredJoin(row.Cluster, row.Name)
+			}
+			held = false
+			<-sem // taken over: the long drive does not hold a slot
+			_, err = p.drive(ctx, d)
+			done(d.row.Name, err)
 		})
 	}
 	wg.Wait()
