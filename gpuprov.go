@@ -270,6 +270,19 @@ func (p *Provisioner) hold(name string) {
 	p.mu.Unlock()
 }
 
+// claim holds name for a driver unless a driver of this process holds it
+// already: leases are per process, so only this keeps two drivers of one
+// process (a Launch and a Recover, say) off one VM.
+func (p *Provisioner) claim(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held[name] > 0 {
+		return false
+	}
+	p.held[name]++
+	return true
+}
+
 // release stops renewing the lease and, when free is set, frees it in the
 // journal (a driver that ended the VM freed it in its last write already).
 func (p *Provisioner) release(name string, free bool) {

@@ -44,7 +44,9 @@ func (p *Provisioner) launch(ctx context.Context, req Request, cluster string, j
 	if req.MaxPricePerHour > 0 {
 		msg += fmt.Sprintf(" under $%.2f/h", req.MaxPricePerHour)
 	}
+	p.hold(req.Name) // before the VM exists, so no Recover of this process can take it
 	if err := d.commit(ctx, &journal.Step{Create: &d.row, Events: []journal.Event{{Type: EvLaunch, Message: msg}}}); err != nil {
+		p.release(req.Name, false) // the lease, if any, is not ours
 		if errors.Is(err, journal.ErrExists) {
 			return nil, fmt.Errorf("gpuprov: a VM named %s exists and is not deleted: %w", req.Name, journal.ErrExists)
 		}
@@ -53,9 +55,9 @@ func (p *Provisioner) launch(ctx context.Context, req Request, cluster string, j
 	return p.drive(ctx, d)
 }
 
-// drive runs a driver while holding (and renewing) the VM's lease.
+// drive runs a driver whose VM the caller holds (hold or claim), renewing
+// its lease, and lets go of it at the end.
 func (p *Provisioner) drive(ctx context.Context, d *driver) (*VM, error) {
-	p.hold(d.row.Name)
 	defer func() { p.release(d.row.Name, !d.released) }()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -114,10 +116,13 @@ func (p *Provisioner) LaunchMany(ctx context.Context, reqs []Request) []LaunchRe
 // started). A VM driven by another live process gives ErrBusy. Deleting a
 // deleted or failed VM does nothing.
 func (p *Provisioner) Delete(ctx context.Context, name string) error {
-	p.mu.Lock()
-	r := p.running[name]
-	p.mu.Unlock()
-	if r != nil {
+	for !p.claim(name) {
+		p.mu.Lock()
+		r := p.running[name]
+		p.mu.Unlock()
+		if r == nil {
+			return fmt.Errorf("gpuprov: VM %s: %w (by this process; try again)", name, ErrBusy)
+		}
 		r.cancel()
 		select {
 		case <-r.done:
@@ -127,9 +132,9 @@ func (p *Provisioner) Delete(ctx context.Context, name string) error {
 	}
 	row, err := p.acquire(ctx, name)
 	if err != nil {
+		p.release(name, false)
 		return err
 	}
-	p.hold(name)
 	d, err := p.newDriver(row)
 	if err != nil {
 		p.release(name, true)

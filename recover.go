@@ -49,10 +49,7 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 	skip := func(name, why string) { mu.Lock(); rep.Skipped[name] = why; mu.Unlock() }
 	done := func(name string, err error) { mu.Lock(); rep.Resumed[name] = err; mu.Unlock() }
 	for _, r := range rows {
-		p.mu.Lock()
-		_, local := p.running[r.Name]
-		p.mu.Unlock()
-		if local {
+		if !p.claim(r.Name) {
 			skip(r.Name, "driven by this process")
 			continue
 		}
@@ -75,6 +72,7 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 			}()
 			row, err := p.acquireFrom(ctx, r, dead)
 			if err != nil {
+				p.release(r.Name, false)
 				skip(r.Name, err.Error())
 				return
 			}
@@ -83,13 +81,12 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 				if err != nil {
 					done(row.Name, err)
 				}
-				// Not ours to drive after all; an error here only means
-				// the lease runs out on its own.
-				_ = p.j.Release(ctx, row.Name, p.owner)
+				p.release(r.Name, true) // not ours to drive after all
 				return
 			}
 			if err := d.commit(ctx, &journal.Step{Update: &d.row, Events: []journal.Event{{Type: EvRecovered,
 				Phase: row.Phase, Attempt: row.Attempt, Message: fmt.Sprintf("taken over from %q in state %s", r.Owner, row.State)}}}); err != nil {
+				p.release(r.Name, true)
 				done(row.Name, err)
 				return
 			}
