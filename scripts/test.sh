@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Runs gpuprov's whole test suite on a fresh machine: installs what the tests
-# need when it is missing (OpenSSH's sshd for the ssh tests), then vets and
-# tests every package with the race detector.
+# need when it is missing (OpenSSH's sshd for the ssh tests, the PostgreSQL
+# server binaries for the journal/postgres, replica and fleet tests, which
+# start a private server of their own on loopback), then vets and tests
+# every package with the race detector. Set GPUPROV_TEST_POSTGRES to a
+# server's URL to run those tests against it instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_pkgs=()
 [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
+if [ -z "${GPUPROV_TEST_POSTGRES:-}" ] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && ! command -v initdb >/dev/null; then
+  need_pkgs+=(postgresql)
+fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing ${need_pkgs[*]}"

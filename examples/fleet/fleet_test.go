@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/internal/simcloud"
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/postgres"
+	"github.com/org/gpuprov/journal/postgres/pgtest"
+	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/sim"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+const simCloud = "sim-a"
+
+// replica is one fleet process of the test.
+type replica struct {
+	sw     *switchOff
+	db     *postgres.DB
+	fl     *Fleet
+	m      *Metrics
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run has returned
+	err    error         // what Run returned
+}
+
+func startReplica(t *testing.T, url string, srv *simcloud.Server, owner string, target int) *replica {
+	t.Helper()
+	db, err := postgres.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	sp, err := sim.New(sim.Config{
+		Endpoint: srv.URL(), Cloud: simCloud, APIKey: srv.APIKey(simCloud),
+		PollInterval: 100 * time.Millisecond, BootTimeout: 20 * time.Second, DeleteTimeout: 10 * time.Second,
+		ConsistencyWindow: 300 * time.Millisecond, RequestTimeout: 5 * time.Second,
+	}, sim.WithName(simCloud), sim.WithInstallation(db.Installation()), sim.WithHTTPClient(&http.Client{Transport: tr}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{sw: &switchOff{}, db: db, m: NewMetrics(), done: make(chan struct{})}
+	r.fl, err = New(&killJournal{Journal: db, sw: r.sw}, Config{
+		Target: target, GPU: "H100", Prefix: "fleet", Owner: owner,
+		HealthInterval: 200 * time.Millisecond, RecoverInterval: 400 * time.Millisecond, SweepInterval: time.Second,
+		MaxReplace: 3, LaunchTimeout: 20 * time.Second,
+	}, r.m, gpuprov.WithProvider(&killProvider{CloudProvider: sp, sw: r.sw}), gpuprov.WithLeaseTTL(2*time.Second),
+		gpuprov.WithBackoff(50*time.Millisecond, time.Second, 1), gpuprov.WithPlanCache(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { defer close(r.done); r.err = r.fl.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+		if r.err != nil {
+			t.Errorf("%s: Run: %v", owner, r.err)
+		}
+	})
+	return r
+}
+
+// held reports whether every slot is ready with exactly one live instance in
+// the cloud, the journaled one, and no other fleet instance is alive; else
+// it says what is missing.
+func held(j journal.Journal, srv *simcloud.Server, n int) (bool, string) {
+	ctx := context.Background()
+	all, err := srv.Instances(simCloud)
+	if err != nil {
+		return false, err.Error()
+	}
+	live := map[string][]simcloud.Instance{}
+	alive := 0
+	for _, in := range all {
+		if in.Status == simcloud.StatusTerminated || !strings.HasPrefix(in.Labels[provider.LabelVM], "fleet-") {
+			continue
+		}
+		live[in.Labels[provider.LabelVM]] = append(live[in.Labels[provider.LabelVM]], in)
+		alive++
+	}
+	for k := range n {
+		name := fmt.Sprintf("fleet-%d", k)
+		v, err := j.GetVM(ctx, name)
+		if err != nil {
+			return false, fmt.Sprintf("%s: %v", name, err)
+		}
+		ins := live[name]
+		if v.State != journal.StateReady || len(ins) != 1 || ins[0].Status != simcloud.StatusRunning || ins[0].ID != v.InstanceID {
+			return false, fmt.Sprintf("%s is %s (instance %q) with %d live instances", name, v.State, v.InstanceID, len(ins))
+		}
+	}
+	if alive != n {
+		return false, fmt.Sprintf("%d fleet instances alive, want %d", alive, n)
+	}
+	return true, ""
+}
+
+func waitHeld(t *testing.T, j journal.Journal, srv *simcloud.Server, n int, within time.Duration, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var why string
+	for time.Since(start) < within {
+		var ok bool
+		if ok, why = held(j, srv, n); ok {
+			t.Logf("%s: %d machines held after %.1fs", what, n, time.Since(start).Seconds())
+			return time.Since(start)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: the fleet did not hold %d machines within %v: %s", what, n, within, why)
+	return 0
+}
+
+// preempt reclaims up to k running fleet instances, as a spot reclaim would.
+func preempt(t *testing.T, srv *simcloud.Server, k int) []string {
+	t.Helper()
+	all, err := srv.Instances(simCloud)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hit []string
+	for _, in := range all {
+		if len(hit) == k {
+			break
+		}
+		if in.Status == simcloud.StatusRunning && strings.HasPrefix(in.Labels[provider.LabelVM], "fleet-") {
+			if err := srv.Preempt(simCloud, in.ID); err != nil {
+				t.Fatal(err)
+			}
+			hit = append(hit, in.Labels[provider.LabelVM])
+		}
+	}
+	return hit
+}
+
+// TestFleetSurvivesReplicaDeath: two fleet replicas on one PostgreSQL
+// journal hold N machines; instances are preempted, one replica dies in the
+// middle of replacing them, and the survivor gets back to N machines, each
+// with exactly one live instance, within bounded time; then holds N through
+// another round of preemptions alone.
+func TestFleetSurvivesReplicaDeath(t *testing.T) {
+	const n = 10
+	pg := pgtest.Require(t)
+	url := pg.NewSchema(t)
+	srv, err := simcloud.Start(simcloud.Options{DisableSSH: true, Clouds: []simcloud.CloudConfig{{
+		Name: simCloud, Offers: simcloud.DefaultCatalog(simCloud), Timing: &simcloud.Timing{
+			APILatency: simcloud.Duration(time.Millisecond), BootTime: simcloud.Duration(400 * time.Millisecond),
+			BootJitter: simcloud.Duration(200 * time.Millisecond), DeleteTime: simcloud.Duration(150 * time.Millisecond),
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+
+	a := startReplica(t, url, srv, "replica-a", n)
+	b := startReplica(t, url, srv, "replica-b", n)
+	waitHeld(t, a.db, srv, n, 30*time.Second, "start")
+
+	hit := preempt(t, srv, 4)
+	// Kill replica-b while it drives VMs (replacing the preempted ones), so
+	// the survivor must take them over once b's leases lapse.
+	var orphaned []string
+	for deadline := time.Now().Add(10 * time.Second); len(orphaned) == 0 && time.Now().Before(deadline); {
+		orphaned = drivenBy(t, b.db, b.fl)
+		if len(orphaned) == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	b.sw.kill()
+	b.cancel()
+	<-b.done
+	orphaned = drivenBy(t, b.db, b.fl) // as the kill left them
+	t.Logf("preempted %v, then killed replica-b while it drove %v", hit, orphaned)
+	waitHeld(t, a.db, srv, n, 30*time.Second, "after preemptions and a replica's death")
+	if len(orphaned) == 0 {
+		t.Errorf("replica-b drove no VM when it was killed: no takeover was tested")
+	}
+	for _, vm := range orphaned {
+		evs, err := a.db.Events(context.Background(), journal.EventQuery{VM: vm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := false
+		for _, e := range evs {
+			driver, rec := a.fl.Owners()
+			took = took || (e.Type == gpuprov.EvRecovered && (e.Owner == driver || e.Owner == rec))
+		}
+		if !took {
+			t.Errorf("%s: replica-b died driving it, and replica-a never recovered it", vm)
+		}
+	}
+
+	hit = preempt(t, srv, 3)
+	t.Logf("preempted %v", hit)
+	waitHeld(t, a.db, srv, n, 20*time.Second, "after more preemptions, one replica left")
+
+	if got := counterSum(t, a.m, "fleet_replacements_total"); got == 0 {
+		t.Errorf("the survivor replaced no machine (fleet_replacements_total = 0)")
+	}
+	if got := histogramCount(t, a.m, "gpuprov_launch_duration_seconds"); got == 0 {
+		t.Errorf("no launch latency was recorded")
+	}
+	if got := gaugeSum(t, a.m, "gpuprov_live_vms"); got != n {
+		t.Logf("gpuprov_live_vms = %v (as of the last reconcile; want %d once settled)", got, n)
+	}
+	if got := gaugeSum(t, a.m, "fleet_target"); got != n {
+		t.Errorf("fleet_target = %v, want %d", got, n)
+	}
+}
+
+// drivenBy returns the active VMs whose lease a replica's Provisioners hold.
+func drivenBy(t *testing.T, j journal.Journal, fl *Fleet) []string {
+	t.Helper()
+	vms, err := j.ListVMs(context.Background(), journal.ListOptions{States: []journal.VMState{
+		journal.StatePending, journal.StateProvisioning, journal.StateDeleting}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	driver, rec := fl.Owners()
+	var out []string
+	for _, v := range vms {
+		if v.Owner == driver || v.Owner == rec {
+			out = append(out, v.Name)
+		}
+	}
+	return out
+}
+
+func family(t *testing.T, m *Metrics, name string) *dto.MetricFamily {
+	t.Helper()
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f
+		}
+	}
+	return &dto.MetricFamily{}
+}
+
+func counterSum(t *testing.T, m *Metrics, name string) float64 {
+	s := 0.0
+	for _, x := range family(t, m, name).GetMetric() {
+		s += x.GetCounter().GetValue()
+	}
+	return s
+}
+
+func gaugeSum(t *testing.T, m *Metrics, name string) float64 {
+	s := 0.0
+	for _, x := range family(t, m, name).GetMetric() {
+		s += x.GetGauge().GetValue()
+	}
+	return s
+}
+
+func histogramCount(t *testing.T, m *Metrics, name string) uint64 {
+	var s uint64
+	for _, x := range family(t, m, name).GetMetric() {
+		s += x.GetHistogram().GetSampleCount()
+	}
+	return s
+}

@@ -1,0 +1,153 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/org/gpuprov/journal"
+)
+
+// acquireVM takes the lease in one conditional UPDATE: free, already ours,
+// expired (a zero expiry is expired), or held by a dead owner. Two
+// processes acquiring at once serialize on the row lock, and the second
+// re-checks the condition against the first one's write (READ COMMITTED
+// re-evaluates an UPDATE's WHERE on the newest row version), so never both
+// win. The row lock lasts one statement's transaction: no lock outlives a
+// call.
+const acquireVM = `UPDATE ` + vmsTable + ` SET owner = $1, lease_expiry = $2
+	WHERE name = $3 AND (owner = '' OR owner = $1 OR lease_expiry IS NULL OR lease_expiry <= $4
+		OR owner = ANY($5))
+	RETURNING ` + vmCols
+
+// Acquire makes owner the lease holder of the VM named name until expiry and
+// returns the VM as stored; see journal.Journal. A lease is live while now is
+// before its expiry: at its expiry it may be taken over. Acquire fails with
+// journal.ErrNotFound for an unknown VM, with a *journal.LeasedError when a
+// live owner holds the lease, and with an error for an empty owner. It
+// changes neither Version nor any other field. now comes from the caller's
+// clock: replicas on several machines must keep their clocks in step to well
+// within a lease's length.
+func (d *DB) Acquire(ctx context.Context, name, owner string, now, expiry time.Time, dead ...string) (journal.VM, error) {
+	if owner == "" {
+		return journal.VM{}, d.errorf("acquire VM %s: empty owner", name)
+	}
+	exp, err := dbTime("expiry", expiry)
+	if err != nil {
+		return journal.VM{}, d.errorf("acquire VM %s: %w", name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return journal.VM{}, d.errorf("acquire VM %s as %s: %w", name, owner, err)
+	}
+	if dead == nil {
+		dead = []string{}
+	}
+	// The lease may change between the failed UPDATE and the read that
+	// says who holds it; when the read finds it free after all, try again.
+	for try := 0; ; try++ {
+		v, err := scanVM(d.lpool.QueryRow(ctx, acquireVM, owner, exp, name, cmpTime(now), dead))
+		if err == nil {
+			return v, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return journal.VM{}, d.errorf("acquire VM %s as %s: %w", name, owner, err)
+		}
+		le := &journal.LeasedError{VM: name}
+		var lease *int64
+		err = d.lpool.QueryRow(ctx, "SELECT owner, lease_expiry FROM "+vmsTable+" WHERE name = $1", name).Scan(&le.Owner, &lease)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return journal.VM{}, d.errorf("acquire VM %s as %s: %w", name, owner, journal.ErrNotFound)
+		}
+		if err != nil {
+			return journal.VM{}, d.errorf("acquire VM %s as %s: %w", name, owner, err)
+		}
+		le.Expiry = goTime(lease)
+		taken := le.Owner != "" && le.Owner != owner && lease != nil && *lease > cmpTime(now)
+		for _, o := range dead {
+			taken = taken && le.Owner != o
+		}
+		if taken || try >= 3 {
+			return journal.VM{}, d.errorf("acquire VM %s as %s: %w", name, owner, error(le))
+		}
+	}
+}
+
+// renewFree extends the leases whose rows no transaction holds at this
+// instant; renewRest waits for the others (rows an in-flight Commit of the
+// owner has locked). Both are conditional on the owner.
+const (
+	renewFree = `WITH free AS (SELECT name FROM ` + vmsTable + ` WHERE owner = $2 AND name = ANY($3)
+			FOR NO KEY UPDATE SKIP LOCKED)
+		UPDATE ` + vmsTable + ` v SET lease_expiry = $1 FROM free WHERE v.name = free.name RETURNING v.name`
+	renewRest = `UPDATE ` + vmsTable + ` SET lease_expiry = $1 WHERE owner = $2 AND name = ANY($3) RETURNING name`
+)
+
+// Renew extends to expiry the leases owner holds on names and returns, in
+// the order given, the names whose lease owner does not hold (unknown names
+// included). It changes no other field. It runs on the handle's lease
+// connections, so a heartbeat never queues behind Commits for a connection,
+// and it first extends every lease whose row is not locked at that instant
+// (SKIP LOCKED), so one row held by a slow transaction cannot hold back
+// the others' renewal; the locked ones are extended when their
+// transactions end.
+func (d *DB) Renew(ctx context.Context, owner string, expiry time.Time, names []string) ([]string, error) {
+	if owner == "" {
+		return nil, d.errorf("renew: empty owner")
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	exp, err := dbTime("expiry", expiry)
+	if err != nil {
+		return nil, d.errorf("renew: %w", err)
+	}
+	held := make(map[string]bool, len(names))
+	renew := func(q string, names []string) error {
+		rows, err := d.lpool.Query(ctx, q, exp, owner, names)
+		if err != nil {
+			return err
+		}
+		renewed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, n := range renewed {
+			held[n] = true
+		}
+		return err
+	}
+	if err := renew(renewFree, names); err != nil {
+		return nil, d.errorf("renew leases of %s: %w", owner, err)
+	}
+	var rest []string
+	for _, n := range names {
+		if !held[n] {
+			rest = append(rest, n)
+		}
+	}
+	if len(rest) > 0 {
+		if err := renew(renewRest, rest); err != nil {
+			return nil, d.errorf("renew leases of %s: %w", owner, err)
+		}
+	}
+	var lost []string
+	for _, n := range names {
+		if !held[n] {
+			lost = append(lost, n)
+		}
+	}
+	return lost, nil
+}
+
+// Release frees the lease on the VM named name if owner holds it; otherwise,
+// for an unknown VM too, it does nothing and returns nil. It changes no
+// other field.
+func (d *DB) Release(ctx context.Context, name, owner string) error {
+	if owner == "" {
+		return nil // an empty owner holds no lease
+	}
+	_, err := d.lpool.Exec(ctx, "UPDATE "+vmsTable+" SET owner = '', lease_expiry = NULL WHERE name = $1 AND owner = $2", name, owner)
+	if err != nil {
+		return d.errorf("release VM %s as %s: %w", name, owner, err)
+	}
+	return nil
+}

@@ -1,0 +1,277 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migrateLock is the key of the transaction-scoped advisory lock
+// (pg_advisory_xact_lock) that serializes migrations: "gprvmig" in ASCII.
+// PostgreSQL frees it when the migrating transaction commits or rolls back,
+// so a replica that dies mid-migration cannot leave it held, and it works
+// behind a transaction-pooling pooler (PgBouncer), unlike a session lock.
+const migrateLock = 0x677072766d6967
+
+// migrations bring the schema from version i to i+1; the schema version of
+// a journal is the number of migrations applied, recorded one row per
+// migration in gpuprov_schema_version. Append only: a released migration
+// never changes.
+//
+// Storage choices, the same as the SQLite backend's: times are BIGINT unix
+// nanoseconds (timestamptz keeps only microseconds), JSON is TEXT, byte for
+// byte (jsonb reorders keys), a zero time or an empty JSON is NULL.
+var migrations = []string{
+	// 1: the first schema.
+	`CREATE TABLE gpuprov_vms (
+		name            TEXT PRIMARY KEY,
+		id              TEXT NOT NULL,
+		cluster         TEXT NOT NULL,
+		request         TEXT,
+		state           TEXT NOT NULL,
+		phase           TEXT NOT NULL,
+		attempt         INTEGER NOT NULL,
+		provider        TEXT NOT NULL,
+		region          TEXT NOT NULL,
+		zone            TEXT NOT NULL,
+		offer           TEXT,
+		price_per_hour  DOUBLE PRECISION NOT NULL,
+		instance_id     TEXT NOT NULL,
+		ssh_host        TEXT NOT NULL,
+		ssh_port        INTEGER NOT NULL,
+		ssh_user        TEXT NOT NULL,
+		host_key        TEXT NOT NULL,
+		deadline        BIGINT,
+		last_error      TEXT NOT NULL,
+		last_error_kind TEXT NOT NULL,
+		owner           TEXT NOT NULL,
+		lease_expiry    BIGINT,
+		version         BIGINT NOT NULL,
+		created_at      BIGINT,
+		updated_at      BIGINT,
+		ready_at        BIGINT,
+		ended_at        BIGINT
+	);
+	CREATE INDEX gpuprov_vms_state ON gpuprov_vms (state);
+	CREATE INDEX gpuprov_vms_cluster ON gpuprov_vms (cluster);
+	CREATE INDEX gpuprov_vms_owner ON gpuprov_vms (owner);
+	CREATE TABLE gpuprov_attempts (
+		vm           TEXT NOT NULL REFERENCES gpuprov_vms (name),
+		n            INTEGER NOT NULL,
+		provider     TEXT NOT NULL,
+		region       TEXT NOT NULL,
+		zone         TEXT NOT NULL,
+		offer_key    TEXT NOT NULL,
+		offer        TEXT,
+		state        TEXT NOT NULL,
+		phase        TEXT NOT NULL,
+		token        TEXT NOT NULL,
+		prepared     TEXT,
+		instance_ids TEXT[],
+		host_key     TEXT NOT NULL,
+		create_sent  BIGINT,
+		cleaned_up   BOOLEAN NOT NULL,
+		error        TEXT NOT NULL,
+		error_kind   TEXT NOT NULL,
+		started_at   BIGINT,
+		ended_at     BIGINT,
+		PRIMARY KEY (vm, n)
+	);
+	CREATE TABLE gpuprov_events (
+		seq         BIGINT PRIMARY KEY,
+		time        BIGINT,
+		vm          TEXT NOT NULL,
+		attempt     INTEGER NOT NULL,
+		type        TEXT NOT NULL,
+		phase       TEXT NOT NULL,
+		provider    TEXT NOT NULL,
+		region      TEXT NOT NULL,
+		zone        TEXT NOT NULL,
+		instance_id TEXT NOT NULL,
+		error_kind  TEXT NOT NULL,
+		message     TEXT NOT NULL,
+		owner       TEXT NOT NULL
+	);
+	CREATE INDEX gpuprov_events_vm ON gpuprov_events (vm, seq);
+	CREATE TABLE gpuprov_event_seq (
+		one  BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+		last BIGINT NOT NULL
+	);
+	INSERT INTO gpuprov_event_seq (one, last) VALUES (TRUE, 0);
+	CREATE TABLE gpuprov_blocks (
+		key        TEXT PRIMARY KEY,
+		scope      TEXT NOT NULL,
+		provider   TEXT NOT NULL,
+		error_kind TEXT NOT NULL,
+		reason     TEXT NOT NULL,
+		until      BIGINT,
+		created_at BIGINT
+	);
+	CREATE INDEX gpuprov_blocks_until ON gpuprov_blocks (until);`,
+}
+
+// schemaVersion is the schema version this package writes and the newest it
+// can open. A journal with a newer version is refused, never downgraded.
+var schemaVersion = len(migrations)
+
+// Errors Open returns (wrapped, naming the database) for databases it
+// refuses. Nothing is written to a refused database.
+var (
+	// ErrNotJournal: the schema holds tables but is not a gpuprov journal
+	// (a database of another program), or its journal tables are damaged.
+	ErrNotJournal = errors.New("not a gpuprov journal")
+	// ErrNewerSchema: the journal was written by a newer gpuprov, whose
+	// schema this one does not know.
+	ErrNewerSchema = errors.New("journal schema is newer than this gpuprov")
+	// ErrNoSchema: no schema of the connection's search_path exists, so
+	// there is nowhere to create the journal.
+	ErrNoSchema = errors.New("no schema to create the journal in")
+)
+
+// querier is what classify needs of a pool, a connection or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// classify reads, without writing anything, what the connection's current
+// schema holds: its journal schema version (0 for a schema with no tables,
+// ready to become a journal), or an error saying why it is not a journal
+// this code can open. migrate runs it again under its lock, so the verdict
+// holds for what it writes.
+func classify(ctx context.Context, q querier) (version int, err error) {
+	var schema *string
+	if err := q.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return 0, err
+	}
+	if schema == nil {
+		var path string
+		if err := q.QueryRow(ctx, "SHOW search_path").Scan(&path); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: none of the schemas in search_path (%s) exists; create one (CREATE SCHEMA) or set search_path in the URL", ErrNoSchema, path)
+	}
+	rows, err := q.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY c.relname`)
+	if err != nil {
+		return 0, err
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, err
+	}
+	has := map[string]bool{}
+	for _, t := range tables {
+		has[t] = true
+	}
+	switch {
+	case len(tables) == 0:
+		return 0, nil
+	case !has[metaTable] || !has[versionTable]:
+		shown := tables
+		if len(shown) > 8 {
+			shown = append(shown[:8:8], "…")
+		}
+		return 0, fmt.Errorf("%w: schema %q holds tables %s and no %s table: a database of another program? Use another database, or another schema (search_path in the URL)",
+			ErrNotJournal, *schema, strings.Join(shown, ", "), metaTable)
+	}
+	var v *int
+	if err := q.QueryRow(ctx, "SELECT max(version) FROM "+versionTable).Scan(&v); err != nil {
+		return 0, fmt.Errorf("%w: reading its schema version: %v", ErrNotJournal, err)
+	}
+	if v == nil || *v < 0 {
+		return 0, fmt.Errorf("%w: %s is empty", ErrNotJournal, versionTable)
+	}
+	if *v > schemaVersion {
+		return 0, fmt.Errorf("%w: schema version %d, this gpuprov knows up to %d; upgrade gpuprov", ErrNewerSchema, *v, schemaVersion)
+	}
+	return *v, nil
+}
+
+// setup brings the schema up to schemaVersion and returns the installation
+// id. A journal at the current version is only read. Otherwise the
+// migration runs in one transaction (PostgreSQL's DDL is transactional)
+// under pg_advisory_xact_lock: replicas opening a new journal at once queue
+// on the lock, the first creates everything, and the others find the work
+// done when their turn comes. Every lock involved is transaction-scoped.
+func setup(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	v, err := classify(ctx, pool)
+	if err != nil {
+		return "", err
+	}
+	if v < schemaVersion {
+		if err := migrate(ctx, pool); err != nil {
+			return "", err
+		}
+	}
+	return installation(ctx, pool)
+}
+
+// migrate runs the missing migrations in one transaction under the
+// migration lock.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
+			return fmt.Errorf("migrate: lock: %w", err)
+		}
+		v, err := classify(ctx, tx) // again, under the lock: another replica may have migrated
+		if err != nil {
+			return err
+		}
+		now := time.Now().UnixNano()
+		if v == 0 {
+			id, err := newInstallation()
+			if err != nil {
+				return err
+			}
+			for _, s := range []string{
+				"CREATE TABLE " + metaTable + " (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+				"CREATE TABLE " + versionTable + " (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)",
+				"INSERT INTO " + versionTable + " (version, applied_at) VALUES (0, " + fmt.Sprint(now) + ")",
+				"INSERT INTO " + metaTable + " (key, value) VALUES ('installation', '" + id + "')",
+			} {
+				if _, err := tx.Exec(ctx, s); err != nil {
+					return fmt.Errorf("migrate: create %s: %w", metaTable, err)
+				}
+			}
+		}
+		for ; v < schemaVersion; v++ {
+			if _, err := tx.Exec(ctx, migrations[v]); err != nil {
+				return fmt.Errorf("migrate to schema version %d: %w", v+1, err)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO "+versionTable+" (version, applied_at) VALUES ($1, $2)", v+1, now); err != nil {
+				return fmt.Errorf("migrate to schema version %d: %w", v+1, err)
+			}
+		}
+		return nil
+	})
+}
+
+// installation reads the installation id the first migration created.
+func installation(ctx context.Context, q querier) (string, error) {
+	var id string
+	err := q.QueryRow(ctx, "SELECT value FROM "+metaTable+" WHERE key = 'installation'").Scan(&id)
+	if err != nil {
+		return "", fmt.Errorf("%w: reading its installation id: %v", ErrNotJournal, err)
+	}
+	if id == "" {
+		return "", fmt.Errorf("%w: its installation id is empty", ErrNotJournal)
+	}
+	return id, nil
+}
+
+// newInstallation returns a random installation id: 16 hex digits.
+func newInstallation() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("installation id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
