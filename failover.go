@@ -155,8 +155,10 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 							a.InstanceIDs = append(a.InstanceIDs, id)
 						}
 					}
-					err = pp.Delete(dctx, loc, d.row.Name, del)
-					pp.note(err)
+					if err = pp.wait(dctx); err == nil {
+						err = pp.Delete(dctx, loc, d.row.Name, del)
+						pp.note(err)
+					}
 					d.seen = d.now() // the next look must see the deletion
 					if err == nil {
 						for _, id := range del {
