@@ -32,11 +32,20 @@ type Options struct {
 	// resources, counters, generated keys and the instances' SSH host keys).
 	// It is rewritten atomically after every mutation and loaded at start.
 	StateFile string `json:"state_file,omitempty" toml:"state_file,omitempty"`
+	// SaveInterval, when positive, batches the rewrites of StateFile: a
+	// mutation marks the state dirty and a background writer saves it at
+	// most once per interval (wall clock), and Close saves the rest. Zero
+	// rewrites it after every mutation, which with a thousand instances
+	// costs a megabyte-sized write and an fsync per API call. A server
+	// killed with SIGKILL loses at most the last interval's mutations.
+	SaveInterval Duration `json:"save_interval,omitempty" toml:"save_interval,omitempty"`
 	// StateDir holds one sandbox folder per instance. Empty: next to
 	// StateFile (StateFile + ".d"), else a temporary folder removed by Close.
 	StateDir string `json:"state_dir,omitempty" toml:"state_dir,omitempty"`
-	// DisableSSH turns the per-instance SSH endpoints off (for scale runs):
-	// running instances then report no SSH endpoint.
+	// DisableSSH turns the per-instance SSH servers off (for scale runs):
+	// no server starts, and running instances report the placeholder
+	// endpoint 127.0.0.1:DisabledSSHPort, where nothing of the simulator
+	// listens, so that an engine without a connect phase counts them ready.
 	DisableSSH bool `json:"disable_ssh,omitempty" toml:"disable_ssh,omitempty"`
 	// Seed seeds the random faults and boot jitter (0 means 1), so a run
 	// with the same calls in the same order is reproducible.
@@ -60,6 +69,11 @@ type Options struct {
 	// Logger receives the server's logs (never keys); nil discards them.
 	Logger *slog.Logger `json:"-" toml:"-"`
 }
+
+// DisabledSSHPort is the port of the endpoint running instances report
+// when Options.DisableSSH is set: the discard port, on which no server of
+// the simulator listens.
+const DisabledSSHPort = 9
 
 // CloudConfig is one simulated cloud account.
 type CloudConfig struct {

@@ -48,7 +48,8 @@
 //	GET    ssh-keys                         {"ssh_keys":[...]}
 //
 // An Instance carries id, name, labels, offer_id and the offer's fields,
-// status, status_message, ssh {host, port, user} while it runs with SSH,
+// status, status_message, ssh {host, port, user} while it runs with SSH
+// (with Options.DisableSSH: 127.0.0.1:DisabledSSHPort, where nothing listens),
 // public_ip (127.0.0.1), host_key (public), created_at, updated_at,
 // terminated_at and events, its history ({at, type, message} with types
 // created, booting, running, boot_failed, delete_requested, preempted,

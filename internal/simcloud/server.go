@@ -50,6 +50,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	closed  bool
+	dirty   bool // mutated since the last save (SaveInterval only)
 	clouds  map[string]*cloud
 	closing []*sshd.Server // SSH servers to close once mu is released
 
@@ -155,6 +156,10 @@ func Start(opts Options) (*Server, error) {
 		_ = s.Close() // the save error is the one to report
 		return nil, err
 	}
+	if opts.SaveInterval > 0 && opts.StateFile != "" {
+		s.wg.Add(1)
+		go s.saveLoop()
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -241,6 +246,13 @@ func (s *Server) Close() error {
 		}
 	}
 	s.wg.Wait()
+	s.mu.Lock()
+	if s.dirty {
+		if serr := s.saveLocked(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}
+	s.unlock()
 	s.cleanupDir()
 	return err
 }

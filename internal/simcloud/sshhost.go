@@ -103,11 +103,12 @@ func (s *Server) sandboxDir(cloud, id string) string {
 }
 
 // startSSH starts in's SSH server in its sandbox folder; a failure fails the
-// instance. With DisableSSH it only clears the endpoint. The caller holds
-// s.mu.
+// instance. With DisableSSH it starts nothing and reports the placeholder
+// endpoint. The caller holds s.mu.
 func (s *Server) startSSH(c *cloud, in *instance, at time.Time) {
 	in.SSH = nil
 	if s.opts.DisableSSH {
+		in.SSH = &SSHInfo{Host: "127.0.0.1", Port: DisabledSSHPort, User: in.SSHUser}
 		return
 	}
 	srv, err := s.newSSH(c, in)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // stateVersion is the version of the state file's format.
@@ -84,9 +85,15 @@ func (s *Server) load() error {
 	return nil
 }
 
-// save writes the state, logging a failure: the API call that mutated
-// the state has happened either way.
+// save writes the state after a mutation, logging a failure: the API call
+// that mutated the state has happened either way. With SaveInterval set it
+// only marks the state dirty for the background writer. The caller holds
+// s.mu.
 func (s *Server) save() {
+	if s.opts.SaveInterval > 0 {
+		s.dirty = true
+		return
+	}
 	if err := s.saveLocked(); err != nil {
 		s.log.Error("simcloud: save state", "err", err)
 	}
@@ -95,8 +102,49 @@ func (s *Server) save() {
 // saveLocked writes the whole state atomically (temp file, fsync, rename)
 // with mode 0600. The caller holds s.mu.
 func (s *Server) saveLocked() error {
+	b, err := s.encodeLocked()
+	if err != nil || b == nil {
+		return err
+	}
+	s.dirty = false
+	return s.writeState(b)
+}
+
+// saveLoop writes the state at most once per SaveInterval while it is
+// dirty, encoding it under s.mu and writing it outside, until the server
+// closes (Close writes the last of it).
+func (s *Server) saveLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.SaveInterval.Std())
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		var b []byte
+		var err error
+		if s.dirty && !s.closed {
+			b, err = s.encodeLocked()
+			s.dirty = false
+		}
+		s.unlock()
+		if err == nil && b != nil {
+			err = s.writeState(b)
+		}
+		if err != nil {
+			s.log.Error("simcloud: save state", "err", err)
+		}
+	}
+}
+
+// encodeLocked returns the state file's content, or nil without a state
+// file. The caller holds s.mu.
+func (s *Server) encodeLocked() ([]byte, error) {
 	if s.opts.StateFile == "" {
-		return nil
+		return nil, nil
 	}
 	st := stateFile{Version: stateVersion, AdminToken: s.adminToken, Clouds: map[string]*cloudState{}}
 	for name, c := range s.clouds {
@@ -110,8 +158,14 @@ func (s *Server) saveLocked() error {
 	}
 	b, err := json.Marshal(&st)
 	if err != nil {
-		return fmt.Errorf("simcloud: save state: %w", err)
+		return nil, fmt.Errorf("simcloud: save state: %w", err)
 	}
+	return b, nil
+}
+
+// writeState writes b to the state file atomically (temp file, fsync,
+// rename) with mode 0600.
+func (s *Server) writeState(b []byte) error {
 	dir := filepath.Dir(s.opts.StateFile)
 	f, err := os.CreateTemp(dir, ".simcloud-state-*")
 	if err != nil {

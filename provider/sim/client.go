@@ -116,6 +116,15 @@ func (p *Provider) do(ctx context.Context, c call) error {
 		}
 		body = b
 	}
+	if p.lim != nil {
+		// Every request takes a token, not every primitive: Cleanup, a
+		// listing of several pages or a Delete of several ids make more
+		// than one request for the one token the core's bucket took.
+		if err := p.lim.Wait(ctx); err != nil {
+			return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: c.op,
+				Err: fmt.Errorf("%s %s: pacing: %w", c.method, c.path, err)}
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	req, err := retryablehttp.NewRequestWithContext(rctx, c.method, u, body)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 
 	"github.com/org/gpuprov/provider"
 )
@@ -137,8 +138,10 @@ func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string
 	return out, nil
 }
 
-// list pages through GET instances with q in loc.
+// list pages through GET instances with q in loc, Config.ListPageSize
+// instances a page.
 func (p *Provider) list(ctx context.Context, op string, loc provider.Location, q url.Values) ([]wireInstance, error) {
+	q.Set("limit", strconv.Itoa(p.cfg.ListPageSize))
 	if loc.Region != "" {
 		q.Set("region", loc.Region)
 	}

@@ -16,14 +16,17 @@
 //	poll_interval = "500ms"              # also boot_timeout, delete_timeout,
 //	                                     # consistency_window, request_timeout
 //	requests_per_second = 20             # and burst: the core's token bucket
+//	list_page_size = 500                 # GET instances page size (default: the maximum, 500)
 //	no_idempotency_token = false         # true for a cloud started with IgnoreIdempotencyToken
 //
 // Tests build it with New and a Config pointing at an in-process server.
 //
 // Every API call is a single attempt (go-retryablehttp with RetryMax 0): the
 // core is the only retry layer. errors.go maps each HTTP status and error
-// code to a provider.ErrorKind. The API key is sent as a bearer token and
-// never logged.
+// code to a provider.ErrorKind. With requests_per_second set, every request
+// also waits for a token of the adapter's own bucket, so that primitives
+// that make several requests stay inside the account's limit. The API key
+// is sent as a bearer token and never logged.
 package sim
 
 import (
@@ -35,12 +38,16 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+	"golang.org/x/time/rate"
 
 	"github.com/org/gpuprov/provider"
 )
 
 // ID is the id the adapter registers under.
 const ID = "sim"
+
+// maxListPageSize is the largest page GET instances serves.
+const maxListPageSize = 500
 
 // Config is a sim cloud account.
 type Config struct {
@@ -62,9 +69,15 @@ type Config struct {
 	// RequestTimeout bounds each API call; zero means 30s.
 	RequestTimeout time.Duration
 	// RequestsPerSecond and Burst size the core's token bucket for this
-	// account; zero means unlimited.
+	// account (which paces primitives) and the adapter's own (which paces
+	// each HTTP request, since some primitives make several); zero means
+	// unlimited.
 	RequestsPerSecond float64
 	Burst             int
+	// ListPageSize is the page size of GET instances (1..500); zero means
+	// 500, the most the server serves, so that listing a location costs
+	// one call per 500 instances rather than per 100 (the server's default).
+	ListPageSize int
 	// NoIdempotencyToken declares that the cloud ignores idempotency
 	// tokens (Capabilities then lists FeatureIdempotencyToken).
 	NoIdempotencyToken bool
@@ -83,12 +96,14 @@ type fileConfig struct {
 	RequestTimeout     string   `toml:"request_timeout" json:"request_timeout"`
 	RequestsPerSecond  float64  `toml:"requests_per_second" json:"requests_per_second"`
 	Burst              int      `toml:"burst" json:"burst"`
+	ListPageSize       int      `toml:"list_page_size" json:"list_page_size"`
 	NoIdempotencyToken bool     `toml:"no_idempotency_token" json:"no_idempotency_token"`
 }
 
 func (f fileConfig) config() (Config, error) {
 	c := Config{Endpoint: f.Endpoint, Cloud: f.Cloud, APIKey: f.APIKey, Regions: f.Regions,
-		RequestsPerSecond: f.RequestsPerSecond, Burst: f.Burst, NoIdempotencyToken: f.NoIdempotencyToken}
+		RequestsPerSecond: f.RequestsPerSecond, Burst: f.Burst, ListPageSize: f.ListPageSize,
+		NoIdempotencyToken: f.NoIdempotencyToken}
 	for _, d := range []struct {
 		name string
 		in   string
@@ -133,6 +148,7 @@ type Provider struct {
 	cfg          Config
 	base         string // Endpoint + /clouds/{cloud}/v1/
 	http         *retryablehttp.Client
+	lim          *rate.Limiter // nil: unlimited
 	log          *slog.Logger
 }
 
@@ -186,8 +202,18 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 	if p.cfg.Cloud == "" {
 		p.cfg.Cloud = p.name
 	}
+	if p.cfg.ListPageSize <= 0 || p.cfg.ListPageSize > maxListPageSize {
+		p.cfg.ListPageSize = maxListPageSize
+	}
 	if p.cfg.RequestTimeout <= 0 {
 		p.cfg.RequestTimeout = 30 * time.Second
+	}
+	if cfg.RequestsPerSecond > 0 {
+		burst := cfg.Burst
+		if burst <= 0 {
+			burst = max(1, int(cfg.RequestsPerSecond))
+		}
+		p.lim = rate.NewLimiter(rate.Limit(cfg.RequestsPerSecond), burst)
 	}
 	p.base = strings.TrimRight(cfg.Endpoint, "/") + "/clouds/" + p.cfg.Cloud + "/v1/"
 	return p, nil

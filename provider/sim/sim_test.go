@@ -225,8 +225,9 @@ func TestIdempotencyToken(t *testing.T) {
 
 func TestListEveryVMOfTheInstallation(t *testing.T) {
 	e := newEnv(t, func(o *simcloud.Options) { o.DisableSSH = true })
+	e.p, _ = newProvider(t, e.srv, sim.Config{ListPageSize: 50})
 	ctx := context.Background()
-	const n = 120 // more than one page
+	const n = 120 // more than two pages
 	for i := 0; i < n; i++ {
 		spec, _ := newSpec(t, fmt.Sprintf("vm%d", i))
 		e.launch(t, spec)
@@ -256,7 +257,9 @@ func TestListEveryVMOfTheInstallation(t *testing.T) {
 	}
 	e.clk.Advance(bootTime)
 	obs := one(t, e.observe(t, provider.Location{Region: "us-east"}, "vm7"))
-	if obs.Status != provider.StatusRunning || obs.SSH != nil {
+	// With SSH disabled the instance runs with the placeholder endpoint
+	// (so an engine without a connect phase counts it ready).
+	if obs.Status != provider.StatusRunning || obs.SSH == nil || obs.SSH.Port != simcloud.DisabledSSHPort {
 		t.Fatalf("with SSH disabled: %+v", obs)
 	}
 }
