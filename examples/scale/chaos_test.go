@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	chaosTrials = flag.Int("chaos.trials", 25, "chaos trials: `gpuprov up` killed at a random moment, then recover, check, down")
+	chaosSeed   = flag.Uint64("chaos.seed", 0, "seed of the kill moments (0: time-based, printed)")
+)
+
+// chaosSim is the simulator configuration of the chaos runs: both clouds
+// fast, with stockouts (the cheapest H100 offer, so launches fail over),
+// 5xx, lost create responses, listing lag and slow deletes.
+const chaosSim = `
+retention = "30s"
+
+[[clouds]]
+name = "sim-a"
+[clouds.timing]
+api_latency = "2ms"
+boot_time = "400ms"
+boot_jitter = "200ms"
+delete_time = "100ms"
+[clouds.faults]
+stockout_offers = ["a-h100x1-use1a"]
+error_rate = 0.03
+lost_create_rate = 0.1
+listing_lag = "300ms"
+slow_delete = "200ms"
+
+[[clouds]]
+name = "sim-b"
+[clouds.timing]
+api_latency = "2ms"
+boot_time = "400ms"
+boot_jitter = "200ms"
+delete_time = "100ms"
+[clouds.faults]
+error_rate = 0.03
+lost_create_rate = 0.1
+listing_lag = "300ms"
+slow_delete = "200ms"
+`
+
+// cli runs the gpuprov CLI in one user's environment.
+type cli struct {
+	t    *testing.T
+	bin  string
+	home string
+}
+
+func (c *cli) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(c.bin, args...)
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "HOME" && !strings.HasPrefix(k, "XDG_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "HOME="+c.home, "XDG_CONFIG_HOME="+filepath.Join(c.home, "config"),
+		"XDG_STATE_HOME="+filepath.Join(c.home, "state"))
+	cmd.Dir = c.home
+	return cmd
+}
+
+// run runs the CLI to completion (bounded) and returns its exit code and
+// output.
+func (c *cli) run(args ...string) (int, string) {
+	c.t.Helper()
+	cmd := c.command(args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		c.t.Fatalf("gpuprov %s: still running after 2m\n%s", strings.Join(args, " "), out.String())
+	}
+	var xe *exec.ExitError
+	switch {
+	case errors.As(err, &xe):
+		return xe.ExitCode(), out.String()
+	case err != nil:
+		c.t.Fatal(err)
+	}
+	return 0, out.String()
+}
+
+// startChaosSim starts `gpuprov sim serve` with chaosSim in its own process
+// and writes the CLI's config for it.
+func startChaosSim(t *testing.T, c *cli) (url, admin string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "sim.toml")
+	if err := os.WriteFile(cfgPath, []byte(chaosSim), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := c.command("sim", "serve", "--addr", "127.0.0.1:0", "--state", filepath.Join(dir, "state.json"), "--config", cfgPath)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	keys := map[string]string{}
+	var cloud string
+	timeout := time.After(30 * time.Second)
+	for len(keys) < 2 {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("sim serve exited early: %s", stderr.String())
+			}
+			if v, ok := strings.CutPrefix(l, "# endpoint: "); ok {
+				url = v
+			}
+			if v, ok := strings.CutPrefix(l, "# admin token: "); ok {
+				admin = v
+			}
+			if strings.HasPrefix(l, "[") && strings.HasSuffix(l, "]") {
+				cloud = strings.Trim(l, "[]")
+			}
+			if v, ok := strings.CutPrefix(l, "api_key = "); ok {
+				keys[cloud] = strings.Trim(v, `"`)
+			}
+		case <-timeout:
+			t.Fatalf("sim serve printed no config in 30s: %s", stderr.String())
+		}
+	}
+	go func() { // keep draining so the server never blocks on stdout
+		for range lines {
+		}
+	}()
+	var b strings.Builder
+	for _, name := range cloudNames {
+		fmt.Fprintf(&b, "[%s]\ntype = \"sim\"\nendpoint = %q\napi_key = %q\npoll_interval = \"100ms\"\nconsistency_window = \"1s\"\nboot_timeout = \"30s\"\ndelete_timeout = \"30s\"\n\n",
+			name, url, keys[name])
+	}
+	if err := os.MkdirAll(filepath.Join(c.home, "config", "gpuprov"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.home, "config", "gpuprov", "config.toml"), []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return url, admin
+}
+
+// trialOutcome is what one trial found.
+type trialOutcome struct {
+	killed     bool
+	leaks      []string // live instances no ready VM of the journal owns
+	duplicates []string // VMs with more than one live instance
+	stuck      []string // VMs in an active state after recover
+	left       int      // instances and side resources after down --all
+	states     map[string]int
+	took       time.Duration
+}
+
+// TestChaos runs -chaos.trials trials against one `gpuprov sim serve` with
+// faults on: `gpuprov up` (one VM, or a 3-node cluster, alternating) killed
+// with SIGKILL at a uniformly drawn moment of its typical run, then
+// `gpuprov recover`, then the checks (at most one instance per VM, every
+// instance owned by a ready VM of the journal, no VM left in an active
+// state), then `gpuprov down --all` and the check that the sim holds no
+// instance and no side resource.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos trials run gpuprov processes for minutes")
+	}
+	c := &cli{t: t, bin: gpuprovCLI(t), home: t.TempDir()}
+	url, admin := startChaosSim(t, c)
+	seed := *chaosSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("chaos seed %d (-chaos.seed to replay the kill moments)", seed)
+	rnd := rand.New(rand.NewPCG(seed, 0))
+
+	// The typical run time of each kind, measured unkilled.
+	typical := map[bool]time.Duration{}
+	for _, cluster := range []bool{false, true} {
+		o := chaosTrial(t, c, url, admin, fmt.Sprintf("cal%d", len(typical)), cluster, time.Hour)
+		if len(o.leaks)+len(o.duplicates)+len(o.stuck)+o.left > 0 {
+			t.Errorf("calibration run (cluster=%v): leaks %v, duplicates %v, stuck %v, left after down %d",
+				cluster, o.leaks, o.duplicates, o.stuck, o.left)
+		}
+		typical[cluster] = o.took
+		t.Logf("typical run: cluster=%v %v", cluster, o.took.Round(time.Millisecond))
+	}
+	var killed, leaks, dups, stuck, left int
+	states := map[string]int{}
+	start := time.Now()
+	for i := range *chaosTrials {
+		cluster := i%2 == 1
+		at := time.Duration(rnd.Int64N(int64(typical[cluster]) + 1))
+		o := chaosTrial(t, c, url, admin, fmt.Sprintf("t%04d", i), cluster, at)
+		if o.killed {
+			killed++
+		}
+		leaks += len(o.leaks)
+		dups += len(o.duplicates)
+		stuck += len(o.stuck)
+		left += o.left
+		for s, n := range o.states {
+			states[s] += n
+		}
+		if len(o.leaks)+len(o.duplicates)+len(o.stuck)+o.left > 0 {
+			t.Errorf("trial %d (cluster=%v, kill at %v): leaks %v, duplicates %v, stuck %v, left after down %d",
+				i, cluster, at, o.leaks, o.duplicates, o.stuck, o.left)
+		}
+	}
+	t.Logf("chaos: %d trials in %v (%d killed mid-run): leaks %d, duplicates %d, stuck %d, left after down %d; VM end states after recover %v",
+		*chaosTrials, time.Since(start).Round(time.Second), killed, leaks, dups, stuck, left, states)
+}
+
+// chaosTrial runs one `gpuprov up` named name, SIGKILLs it after killAt if
+// it is still running, recovers, checks and deletes everything.
+func chaosTrial(t *testing.T, c *cli, url, admin, name string, cluster bool, killAt time.Duration) trialOutcome {
+	t.Helper()
+	args := []string{"up", "--gpu", "h100", "--name", name, "--timeout", "60s"}
+	if cluster {
+		args = append(args, "--nodes", "3")
+	}
+	up := c.command(args...)
+	var upOut bytes.Buffer
+	up.Stdout, up.Stderr = &upOut, &upOut
+	var o trialOutcome
+	start := time.Now()
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- up.Wait() }()
+	timer := time.NewTimer(killAt)
+	select {
+	case <-done:
+		timer.Stop()
+	case <-timer.C:
+		_ = up.Process.Signal(syscall.SIGKILL)
+		<-done
+		o.killed = true
+	}
+	o.took = time.Since(start)
+
+	if code, out := c.run("recover"); code != 0 && code != 1 {
+		t.Fatalf("%s: gpuprov recover exited %d:\n%s", name, code, out)
+	}
+	code, out := c.run("list", "--all", "-o", "json")
+	if code != 0 {
+		t.Fatalf("%s: gpuprov list exited %d:\n%s", name, code, out)
+	}
+	var vms []struct {
+		Name       string `json:"name"`
+		State      string `json:"state"`
+		InstanceID string `json:"instance_id"`
+	}
+	if err := json.Unmarshal([]byte(out), &vms); err != nil {
+		t.Fatalf("%s: list -o json: %v\n%s", name, err, out)
+	}
+	o.states = map[string]int{}
+	owner := map[string]string{} // instance id → ready VM
+	for _, v := range vms {
+		if !strings.HasPrefix(v.Name, name) {
+			continue
+		}
+		o.states[v.State]++
+		switch v.State {
+		case "pending", "provisioning", "deleting":
+			o.stuck = append(o.stuck, v.Name+" "+v.State)
+		case "ready":
+			owner[v.InstanceID] = v.Name
+		}
+	}
+	perVM := map[string]int{}
+	for _, cloud := range cloudNames {
+		live, err := liveInstances(url, admin, cloud)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range live {
+			vm := in.Labels["gpuprov"]
+			perVM[vm]++
+			if owner[in.ID] != vm {
+				o.leaks = append(o.leaks, fmt.Sprintf("%s/%s (vm %q, %s)", cloud, in.ID, vm, in.Status))
+			}
+		}
+	}
+	for vm, n := range perVM {
+		if n > 1 {
+			o.duplicates = append(o.duplicates, fmt.Sprintf("%s×%d", vm, n))
+		}
+	}
+	sort.Strings(o.leaks)
+	if code, out := c.run("down", "--all"); code != 0 {
+		t.Errorf("%s: gpuprov down --all exited %d:\n%s", name, code, out)
+	}
+	for _, cloud := range cloudNames {
+		live, err := liveInstances(url, admin, cloud)
+		if err != nil {
+			t.Fatal(err)
+		}
+		side, err := sideResources(url, admin, cloud)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.left += len(live) + side
+	}
+	if len(o.leaks)+len(o.duplicates)+len(o.stuck)+o.left > 0 {
+		t.Logf("%s: up printed:\n%s", name, upOut.String())
+	}
+	return o
+}

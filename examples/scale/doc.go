@@ -1,0 +1,37 @@
+// Command scale proves gpuprov at scale against the simulated cloud: the
+// scenarios of docs/benchmarks.md, each runnable on its own, with reduced
+// versions run as tests.
+//
+//	go run ./examples/scale s1 [-vms 1000] [-runs 3]   # 1,000 VMs at once under API rate limits
+//	go run ./examples/scale s2 [-vms 50]  [-runs 3]   # failover latency, capacity answer → next create
+//	go run ./examples/scale s3 [-vms 1000] [-runs 3]  # SIGKILL mid-boot, recovery by a new process
+//	go test ./examples/scale -run Chaos -chaos.trials=500 -timeout 2h   # gpuprov up killed at random
+//
+// S1 runs the sim server, the journal and the Provisioner in this process:
+// two sim accounts, each limited to 50 requests/s (the server answers 429
+// beyond; the sim adapter and the core pace themselves at the same rate),
+// 20ms API latency, boot 3s±1s, 10% of the offers stocked out (the cheapest
+// of the first cloud among them, so half the VMs fail over once), 2% of the
+// calls answering 5xx, 1% of the creates losing their answer, SSH off. It
+// reports the wall time to all ready against the floor the rate limit
+// sets, the API calls per VM by kind (the sim's Stats), 429s, failed VMs,
+// CPU time, peak RSS and live heap per in-flight VM.
+//
+// S2 stocks out all but one offer of a zero-latency sim and times, in an
+// http.RoundTripper under the adapter, each out_of_capacity answer to a
+// create and the same VM's next create request.
+//
+// S3 runs three processes: the sim (this program re-executed in the serve
+// role, with a state file), the launcher (the launch role), killed with
+// SIGKILL once the journal shows every VM in phase boot, and the recovering
+// process (the recover role) on the same SQLite journal. It reports when
+// each VM was re-owned (its recovered event) and became ready, and checks
+// that the sim holds exactly the journal's instances. The roles are chosen
+// with the GPUPROV_SCALE_ROLE environment variable, so the test binary can
+// play them too.
+//
+// The chaos test (chaos_test.go) starts `gpuprov sim serve` with faults on
+// and drives the gpuprov CLI as separate processes: `up` (one VM or a
+// 3-node cluster) killed at a uniformly drawn moment, `recover`, the leak
+// and duplicate checks, `down --all` and the check that nothing is left.
+package main
