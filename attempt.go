@@ -159,6 +159,13 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 		if err := pp.wait(ctx); err != nil {
 			return err
 		}
+		if n == 0 && !observeFirst {
+			// Another VM may have found the offer out of stock while this
+			// one waited for its turn: creating now would only fail too.
+			if b, ok := d.p.blockedNow(ctx, o); ok {
+				return provider.Errorf(provider.Capacity, a.Provider, "create", "offer blocked while waiting to create: %s", b.Reason)
+			}
+		}
 		id, err := pp.Create(ctx, o, a.Prepared, d.spec(a))
 		pp.note(err)
 		if err == nil {

@@ -24,6 +24,7 @@ type poller struct {
 	mu       sync.Mutex
 	last     *listing // the newest finished listing
 	inflight *listing
+	next     *listing // starts when inflight ends; shared by those inflight is too old for
 }
 
 // listFor returns vm's instances in loc from a listing that started no
@@ -46,10 +47,17 @@ func (pp *paced) listFor(ctx context.Context, clk clock.Clock, loc provider.Loca
 		l = pl.last
 	case pl.inflight != nil && !pl.inflight.started.Before(fresh):
 		l = pl.inflight
+	case pl.inflight != nil:
+		// At most one List per location runs at a time: callers it is
+		// too old for share the one that starts when it ends.
+		if pl.next == nil {
+			pl.next = &listing{done: make(chan struct{})}
+		}
+		l = pl.next
 	default:
 		l = &listing{started: clk.Now(), done: make(chan struct{})}
 		pl.inflight = l
-		go pp.runListing(pl, l, loc)
+		go pp.runListing(pl, l, loc, clk)
 	}
 	pl.mu.Unlock()
 
@@ -64,7 +72,7 @@ func (pp *paced) listFor(ctx context.Context, clk clock.Clock, loc provider.Loca
 	return l.byVM[vm], l.started, nil
 }
 
-func (pp *paced) runListing(pl *poller, l *listing, loc provider.Location) {
+func (pp *paced) runListing(pl *poller, l *listing, loc provider.Location, clk clock.Clock) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	defer close(l.done)
@@ -85,6 +93,12 @@ func (pp *paced) runListing(pl *poller, l *listing, loc provider.Location) {
 	}
 	if l.err == nil && (pl.last == nil || pl.last.started.Before(l.started)) {
 		pl.last = l
+	}
+	if n := pl.next; n != nil {
+		pl.next = nil
+		n.started = clk.Now()
+		pl.inflight = n
+		go pp.runListing(pl, n, loc, clk)
 	}
 	pl.mu.Unlock()
 }

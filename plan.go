@@ -249,3 +249,18 @@ func (p *Provisioner) dropBlockCache() {
 	p.blockCache.valid = false
 	p.blockCache.mu.Unlock()
 }
+
+// blockedNow reports the block that covers o now, if any (from the shared
+// read of the blocklist). A failed read counts as not blocked: the create
+// then tells.
+func (p *Provisioner) blockedNow(ctx context.Context, o *provider.Offer) (journal.Block, bool) {
+	blocks, err := p.activeBlocks(ctx)
+	if err != nil {
+		return journal.Block{}, false
+	}
+	byKey := make(map[string]journal.Block, len(blocks))
+	for _, b := range blocks {
+		byKey[b.Key] = b
+	}
+	return blockedBy(o, byKey)
+}
