@@ -56,6 +56,12 @@ type driver struct {
 	join     func(ctx context.Context, n Node, c Conn) error // cluster nodes only
 	released bool                                            // the last write freed the lease
 	seen     time.Time                                       // when the last observation used started
+	// pending is a write that may wait for the driver's next one: the
+	// confirmation that an attempt is torn down, which no cloud mutation
+	// depends on. Joining it to the next attempt's first write saves an
+	// fsync per failover; lost in a crash, Recover redoes the (idempotent)
+	// teardown.
+	pending *journal.Step
 }
 
 func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {
@@ -74,6 +80,18 @@ func (d *driver) now() time.Time { return d.p.clock.Now() }
 // from the caller's cancellation: a teardown after Ctrl-C must still be
 // journaled.
 func (d *driver) commit(ctx context.Context, st *journal.Step) error {
+	if p := d.pending; p != nil {
+		// A write that was allowed to wait (see teardown) goes first, in
+		// the same durable commit.
+		d.pending = nil
+		if p.Update != nil && st.Update == nil {
+			st.Update = p.Update
+		}
+		st.ReleaseLease = st.ReleaseLease || p.ReleaseLease
+		st.Attempts = append(p.Attempts, st.Attempts...)
+		st.Events = append(p.Events, st.Events...)
+		st.Blocks = append(p.Blocks, st.Blocks...)
+	}
 	now := d.now()
 	if st.Update != nil {
 		st.Update.UpdatedAt = now

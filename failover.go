@@ -190,8 +190,10 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 	if d.row.Attempt == a.N {
 		d.row.InstanceID, d.row.SSHHost, d.row.SSHPort = "", "", 0
 	}
-	return d.commit(ctx, &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a},
-		Events: []journal.Event{d.event(EvTornDown, a, fmt.Sprintf("instances %v gone, side resources cleaned", a.InstanceIDs))}})
+	ev := d.event(EvTornDown, a, fmt.Sprintf("instances %v gone, side resources cleaned", a.InstanceIDs))
+	ev.Time, ev.VM = d.now(), d.row.Name
+	d.pending = &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a}, Events: []journal.Event{ev}}
+	return nil
 }
 
 // block returns the blocklist entry for a failure of kind on offer o.
