@@ -46,7 +46,7 @@ func (p *Provisioner) launch(ctx context.Context, req Request, cluster string, j
 	}
 	p.hold(req.Name) // before the VM exists, so no Recover of this process can take it
 	if err := d.commit(ctx, &journal.Step{Create: &d.row, Events: []journal.Event{{Type: EvLaunch, Message: msg}}}); err != nil {
-		p.release(req.Name, false) // the lease, if any, is not ours
+		p.release(req.Name, true) // only frees a lease we hold (a failed write may still have committed)
 		if errors.Is(err, journal.ErrExists) {
 			return nil, fmt.Errorf("gpuprov: a VM named %s exists and is not deleted: %w", req.Name, journal.ErrExists)
 		}
@@ -132,7 +132,7 @@ func (p *Provisioner) Delete(ctx context.Context, name string) error {
 	}
 	row, err := p.acquire(ctx, name)
 	if err != nil {
-		p.release(name, false)
+		p.release(name, true) // only frees a lease we hold (a cancelled Acquire may have committed)
 		return err
 	}
 	d, err := p.newDriver(row)

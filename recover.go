@@ -72,7 +72,10 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 			}()
 			row, err := p.acquireFrom(ctx, r, dead)
 			if err != nil {
-				p.release(r.Name, false)
+				// A failed Acquire may still have taken the lease (a
+				// cancelled call can commit); releasing what we may hold
+				// is harmless, since Release only frees its owner's.
+				p.release(r.Name, true)
 				skip(r.Name, err.Error())
 				return
 			}
