@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/org/gpuprov/journal/journaltest"
+	"github.com/org/gpuprov/provider/providertest"
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +29,7 @@ const simCloud = "sim-a"
 
 // replica is one fleet process of the test.
 type replica struct {
-	sw     *switchOff
+	sw     *atomic.Bool // the replica's power switch: true is dead
 	db     *postgres.DB
 	fl     *Fleet
 	m      *Metrics
@@ -52,12 +55,12 @@ func startReplica(t *testing.T, url string, srv *simcloud.Server, owner string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{sw: &switchOff{}, db: db, m: NewMetrics(), done: make(chan struct{})}
-	r.fl, err = New(&killJournal{Journal: db, sw: r.sw}, Config{
+	r := &replica{sw: &atomic.Bool{}, db: db, m: NewMetrics(), done: make(chan struct{})}
+	r.fl, err = New(&journaltest.Killable{Journal: db, Dead: r.sw.Load}, Config{
 		Target: target, GPU: "H100", Prefix: "fleet", Owner: owner,
 		HealthInterval: 200 * time.Millisecond, RecoverInterval: 400 * time.Millisecond, SweepInterval: time.Second,
 		MaxReplace: 3, LaunchTimeout: 20 * time.Second,
-	}, r.m, gpuprov.WithProvider(&killProvider{CloudProvider: sp, sw: r.sw}), gpuprov.WithLeaseTTL(2*time.Second),
+	}, r.m, gpuprov.WithProvider(providertest.Killable(sp, r.sw.Load).WithList()), gpuprov.WithLeaseTTL(2*time.Second),
 		gpuprov.WithBackoff(50*time.Millisecond, time.Second, 1), gpuprov.WithPlanCache(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +184,7 @@ func TestFleetSurvivesReplicaDeath(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	b.sw.kill()
+	b.sw.Store(true)
 	b.cancel()
 	<-b.done
 	orphaned = drivenBy(t, b.db, b.fl) // as the kill left them

@@ -3,11 +3,14 @@ package replicatest_test
 import (
 	"context"
 	"fmt"
+	"github.com/org/gpuprov/journal/journaltest"
+	"github.com/org/gpuprov/provider/providertest"
 	"net/http"
 	"os"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,16 +27,20 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 const (
 	cloud    = "sim-a"
-	leaseTTL = 2 * time.Second
+	// leaseTTL is short so that takeover is quick, but long enough that a
+	// live replica's heartbeat (every TTL/3) survives CPU starvation under
+	// -race with other test binaries on 2 cores: at 2s a starved heartbeat
+	// let a lease lapse now and then, and a survivor rightly took the VM.
+	leaseTTL = 4 * time.Second
 )
 
 // replica is one engine process: its own pool on the shared journal, its
 // own provider client, its own owner id, and a power switch.
 type replica struct {
 	owner string
-	sw    *switchOff
+	sw    *atomic.Bool // the replica's power switch: true is dead
 	db    *postgres.DB
-	kp    *killProvider
+	kp    *providertest.Killed
 	p     *gpuprov.Provisioner
 }
 
@@ -84,21 +91,21 @@ func (w *world) replicaWith(owner string, wrapJ func(journal.Journal) journal.Jo
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	r := &replica{owner: owner, sw: &switchOff{}, db: db}
+	r := &replica{owner: owner, sw: &atomic.Bool{}, db: db}
 	var cp provider.CloudProvider = sp
 	if wrapP != nil {
 		cp = wrapP(sp)
 	}
-	r.kp = &killProvider{CloudProvider: cp, sw: r.sw}
+	r.kp = providertest.Killable(cp, r.sw.Load)
 	base := []gpuprov.Option{
-		gpuprov.WithProvider(r.kp), gpuprov.WithOwner(owner), gpuprov.WithLeaseTTL(leaseTTL),
+		gpuprov.WithProvider(r.kp.WithList()), gpuprov.WithOwner(owner), gpuprov.WithLeaseTTL(leaseTTL),
 		gpuprov.WithBackoff(50*time.Millisecond, time.Second, 1), gpuprov.WithPlanCache(5 * time.Second),
 	}
 	var j journal.Journal = db
 	if wrapJ != nil {
 		j = wrapJ(db)
 	}
-	r.p, err = gpuprov.New(&killJournal{Journal: j, sw: r.sw}, append(base, opts...)...)
+	r.p, err = gpuprov.New(&journaltest.Killable{Journal: j, Dead: r.sw.Load}, append(base, opts...)...)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -203,7 +210,7 @@ func TestReplicasTakeOver(t *testing.T) {
 		}
 		// SIGKILL: writes and cloud calls fail from now on, the heartbeat
 		// stops renewing, the in-flight launches return.
-		dead.sw.kill()
+		dead.sw.Store(true)
 		killLaunches()
 		dead.p.Close()
 	}()
@@ -228,7 +235,7 @@ func TestReplicasTakeOver(t *testing.T) {
 	}
 
 	<-victimEnd
-	if !dead.sw.dead() {
+	if !dead.sw.Load() {
 		t.Fatalf("the victim was never killed: %v", ctx.Err())
 	}
 	killedAt := time.Now()
@@ -248,7 +255,7 @@ func TestReplicasTakeOver(t *testing.T) {
 			t.Errorf("launch of %s by replica-%d: %v", vmName(i), i%replicas, err)
 		}
 	}
-	if got := dead.kp.refused.Load(); got > 0 {
+	if got := dead.kp.Refused(); got > 0 {
 		t.Logf("the victim's cloud client refused %d mutations after the kill (a dead process sends none)", got)
 	}
 

@@ -1,0 +1,54 @@
+package journaltest
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/org/gpuprov/journal"
+)
+
+// ErrKilled is what a Killable journal's writes fail with once it is dead.
+var ErrKilled = errors.New("journaltest: process killed")
+
+// Killable simulates, for engine tests, the death of the process that
+// writes through it: once Dead reports true every write (Commit, Acquire,
+// Renew, Release) fails with ErrKilled, as if the process had died just
+// before it, and the leases it held are left as a dead process leaves them:
+// not renewed, not released. Reads still work (they change nothing).
+type Killable struct {
+	journal.Journal
+	Dead func() bool
+}
+
+// Commit implements journal.Journal.
+func (k *Killable) Commit(ctx context.Context, s *journal.Step) error {
+	if k.Dead() {
+		return ErrKilled
+	}
+	return k.Journal.Commit(ctx, s)
+}
+
+// Acquire implements journal.Journal.
+func (k *Killable) Acquire(ctx context.Context, name, owner string, now, expiry time.Time, dead ...string) (journal.VM, error) {
+	if k.Dead() {
+		return journal.VM{}, ErrKilled
+	}
+	return k.Journal.Acquire(ctx, name, owner, now, expiry, dead...)
+}
+
+// Renew implements journal.Journal.
+func (k *Killable) Renew(ctx context.Context, owner string, expiry time.Time, names []string) ([]string, error) {
+	if k.Dead() {
+		return nil, ErrKilled
+	}
+	return k.Journal.Renew(ctx, owner, expiry, names)
+}
+
+// Release implements journal.Journal.
+func (k *Killable) Release(ctx context.Context, name, owner string) error {
+	if k.Dead() {
+		return ErrKilled
+	}
+	return k.Journal.Release(ctx, name, owner)
+}
