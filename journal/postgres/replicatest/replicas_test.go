@@ -26,7 +26,7 @@ import (
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 const (
-	cloud    = "sim-a"
+	cloud = "sim-a"
 	// leaseTTL is short so that takeover is quick, but long enough that a
 	// live replica's heartbeat (every TTL/3) survives CPU starvation under
 	// -race with other test binaries on 2 cores: at 2s a starved heartbeat
