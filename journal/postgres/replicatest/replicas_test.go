@@ -3,8 +3,6 @@ package replicatest_test
 import (
 	"context"
 	"fmt"
-	"github.com/org/gpuprov/journal/journaltest"
-	"github.com/org/gpuprov/provider/providertest"
 	"net/http"
 	"os"
 	"sort"
@@ -17,9 +15,11 @@ import (
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/journaltest"
 	"github.com/org/gpuprov/journal/postgres"
 	"github.com/org/gpuprov/journal/postgres/pgtest"
 	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/providertest"
 	"github.com/org/gpuprov/provider/sim"
 )
 
