@@ -3,14 +3,13 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"time"
 
-	"github.com/hashicorp/go-retryablehttp"
-
+	"github.com/org/gpuprov/internal/rest"
 	"github.com/org/gpuprov/provider"
 )
 
@@ -102,92 +101,39 @@ type call struct {
 }
 
 // do sends c once and returns nil for a 2xx answer, else a *provider.Error
-// classified by classify (wrapping an *APIError for an error answer).
+// classified by classify (wrapping an *APIError for an error answer). Every
+// failure to get an answer is Transient: the call may have taken effect.
 func (p *Provider) do(ctx context.Context, c call) error {
-	u := p.base + c.path
-	if len(c.query) > 0 {
-		u += "?" + c.query.Encode()
-	}
-	var body any
-	if c.in != nil {
-		b, err := json.Marshal(c.in)
-		if err != nil {
-			return provider.Errorf(provider.Failed, p.name, c.op, "encode %s %s: %w", c.method, c.path, err)
-		}
-		body = b
-	}
 	if p.lim != nil {
-		// Every request takes a token, not every primitive: Cleanup, a
-		// listing of several pages or a Delete of several ids make more
-		// than one request for the one token the core's bucket took.
 		if err := p.lim.Wait(ctx); err != nil {
 			return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: c.op,
 				Err: fmt.Errorf("%s %s: pacing: %w", c.method, c.path, err)}
 		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-	defer cancel()
-	req, err := retryablehttp.NewRequestWithContext(rctx, c.method, u, body)
-	if err != nil {
-		return provider.Errorf(provider.Failed, p.name, c.op, "%s %s: %w", c.method, c.path, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
 	start := time.Now()
-	resp, err := p.http.Do(req)
-	if err != nil {
-		p.log.Debug("sim: request failed", "provider", p.name, "method", c.method, "path", c.path, "err", err)
-		switch {
-		case ctx.Err() != nil: // the caller's own cancellation or deadline
-			return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: c.op,
-				Err: fmt.Errorf("%s %s: %w", c.method, c.path, context.Cause(ctx))}
-		case rctx.Err() != nil: // our per-call timeout: not the caller's deadline
-			return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: c.op,
-				Err: fmt.Errorf("%s %s: %w after %s", c.method, c.path, ErrRequestTimeout, p.cfg.RequestTimeout)}
-		}
-		return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: c.op,
-			Err: fmt.Errorf("%s %s: %w", c.method, c.path, err)}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	_, err := p.api.Do(ctx, rest.Request{Method: c.method, Path: "/" + c.path, Query: c.query, Body: c.in, Out: c.out})
 	p.log.Debug("sim: request", "provider", p.name, "method", c.method, "path", c.path,
-		"status", resp.StatusCode, "duration", time.Since(start))
-	if err != nil {
-		return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: c.op,
-			Err: fmt.Errorf("%s %s: reading the answer: %w", c.method, c.path, err)}
+		"status", rest.StatusOf(err), "duration", time.Since(start), "err", err)
+	var re *rest.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &re):
+		return classify(p.name, c.op, parseAPIError(re))
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return classify(p.name, c.op, parseAPIError(resp, b))
-	}
-	if c.out != nil && len(b) > 0 {
-		if err := json.Unmarshal(b, c.out); err != nil {
-			return provider.Errorf(provider.Failed, p.name, c.op, "%s %s: decode answer: %w", c.method, c.path, err)
-		}
-	}
-	return nil
+	return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: c.op, Err: err}
 }
 
 // parseAPIError reads an error answer: the JSON error body when there is
-// one, and the Retry-After header (seconds or an HTTP date).
-func parseAPIError(resp *http.Response, body []byte) *APIError {
-	e := &APIError{Status: resp.StatusCode}
+// one, and the Retry-After the rest client parsed.
+func parseAPIError(re *rest.Error) *APIError {
+	e := &APIError{Status: re.Status, RetryAfter: re.RetryAfter}
 	var w wireError
-	if json.Unmarshal(body, &w) == nil {
+	if json.Unmarshal(re.Body, &w) == nil {
 		e.Code, e.Message = w.Error.Code, w.Error.Message
 	}
 	if e.Message == "" {
-		e.Message = http.StatusText(resp.StatusCode)
-	}
-	if ra := resp.Header.Get("Retry-After"); ra != "" {
-		var secs int
-		if _, err := fmt.Sscanf(ra, "%d", &secs); err == nil && secs >= 0 {
-			e.RetryAfter = time.Duration(secs) * time.Second
-		} else if t, err := http.ParseTime(ra); err == nil {
-			e.RetryAfter = max(0, time.Until(t))
-		}
+		e.Message = http.StatusText(re.Status)
 	}
 	return e
 }

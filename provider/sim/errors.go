@@ -6,13 +6,14 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/org/gpuprov/internal/rest"
 	"github.com/org/gpuprov/provider"
 )
 
 // ErrRequestTimeout is wrapped by the Transient error of a call that got
 // no answer within Config.RequestTimeout. It is deliberately not
 // context.DeadlineExceeded: the caller's deadline has not passed.
-var ErrRequestTimeout = errors.New("sim: request timed out")
+var ErrRequestTimeout = rest.ErrTimeout
 
 // APIError is an error answer of the sim API, wrapped in the *provider.Error
 // every primitive returns (errors.As reaches it).

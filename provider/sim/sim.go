@@ -30,16 +30,15 @@
 package sim
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/hashicorp/go-retryablehttp"
 	"golang.org/x/time/rate"
 
+	"github.com/org/gpuprov/internal/rest"
 	"github.com/org/gpuprov/provider"
 )
 
@@ -146,8 +145,8 @@ type Provider struct {
 	name         string
 	installation string
 	cfg          Config
-	base         string // Endpoint + /clouds/{cloud}/v1/
-	http         *retryablehttp.Client
+	hc           *http.Client  // nil: a pooled client of its own
+	api          *rest.Client  // Endpoint + /clouds/{cloud}/v1
 	lim          *rate.Limiter // nil: unlimited
 	log          *slog.Logger
 }
@@ -165,7 +164,7 @@ func WithInstallation(id string) Option { return func(p *Provider) { p.installat
 
 // WithHTTPClient sets the HTTP client (default: a pooled client of its own).
 func WithHTTPClient(c *http.Client) Option {
-	return func(p *Provider) { p.http.HTTPClient = c }
+	return func(p *Provider) { p.hc = c }
 }
 
 // WithLogger sets the logger (default: discard). The API key never reaches it.
@@ -174,13 +173,6 @@ func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } 
 // New returns the provider of cfg. A missing endpoint or API key is an error.
 func New(cfg Config, opts ...Option) (*Provider, error) {
 	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler)}
-	// One attempt per call, the response handed back as is: the core is the
-	// only retry layer, and errors.go classifies every status.
-	p.http = retryablehttp.NewClient()
-	p.http.RetryMax = 0
-	p.http.CheckRetry = func(context.Context, *http.Response, error) (bool, error) { return false, nil }
-	p.http.ErrorHandler = retryablehttp.PassthroughErrorHandler
-	p.http.Logger = nil // it would log URLs to stderr; the adapter logs through slog
 	for _, o := range opts {
 		o(p)
 	}
@@ -215,7 +207,9 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 		}
 		p.lim = rate.NewLimiter(rate.Limit(cfg.RequestsPerSecond), burst)
 	}
-	p.base = strings.TrimRight(cfg.Endpoint, "/") + "/clouds/" + p.cfg.Cloud + "/v1/"
+	// One attempt per call, the answer handed back as is (internal/rest): the
+	// core is the only retry layer, and errors.go classifies every status.
+	p.api = rest.New(strings.TrimRight(cfg.Endpoint, "/")+"/clouds/"+p.cfg.Cloud+"/v1", cfg.APIKey, p.hc, p.cfg.RequestTimeout)
 	return p, nil
 }
 
