@@ -105,7 +105,10 @@ type call struct {
 // failure to get an answer is Transient: the call may have taken effect.
 func (p *Provider) do(ctx context.Context, c call) error {
 	if p.lim != nil {
-		if err := p.lim.Wait(ctx); err != nil {
+		now := p.clk.Now()
+		r := p.lim.ReserveN(now, 1)
+		if err := p.clk.Sleep(ctx, r.DelayFrom(now)); err != nil {
+			r.CancelAt(p.clk.Now())
 			return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: c.op,
 				Err: fmt.Errorf("%s %s: pacing: %w", c.method, c.path, err)}
 		}

@@ -38,6 +38,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/org/gpuprov/internal/clock"
 	"github.com/org/gpuprov/internal/rest"
 	"github.com/org/gpuprov/provider"
 )
@@ -148,6 +149,7 @@ type Provider struct {
 	hc           *http.Client  // nil: a pooled client of its own
 	api          *rest.Client  // Endpoint + /clouds/{cloud}/v1
 	lim          *rate.Limiter // nil: unlimited
+	clk          clock.Clock   // times the limiter's waits
 	log          *slog.Logger
 }
 
@@ -167,12 +169,17 @@ func WithHTTPClient(c *http.Client) Option {
 	return func(p *Provider) { p.hc = c }
 }
 
+// WithClock sets the clock the adapter's request pacing waits on (default:
+// the wall clock). Tests that run the sim server on a fake clock pass the
+// same one, so the server's token bucket and the adapter's agree.
+func WithClock(c clock.Clock) Option { return func(p *Provider) { p.clk = c } }
+
 // WithLogger sets the logger (default: discard). The API key never reaches it.
 func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
 
 // New returns the provider of cfg. A missing endpoint or API key is an error.
 func New(cfg Config, opts ...Option) (*Provider, error) {
-	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler)}
+	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler), clk: clock.Real}
 	for _, o := range opts {
 		o(p)
 	}
