@@ -486,3 +486,24 @@ func TestPollingIsSharedPerLocation(t *testing.T) {
 	}
 	t.Logf("40 VMs × 10 polls: %d List calls", lists)
 }
+
+// A Grace of NoGrace reports an orphan however young it is; a zero Grace is
+// the documented default, not zero.
+func TestSweepNoGrace(t *testing.T) {
+	e := newEnv(t)
+	a := e.fake("a")
+	spec := &provider.InstanceSpec{VM: "young", Installation: e.j.Installation(), Attempt: 1}
+	o := a.Offers[0]
+	if _, err := a.Create(context.Background(), &o, nil, spec); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(time.Second)
+	orphans, err := e.p.Sweep(context.Background(), gpuprov.SweepOptions{})
+	if err != nil || len(orphans) != 0 {
+		t.Fatalf("zero Grace must mean DefaultSweepGrace (%s): %v %+v", gpuprov.DefaultSweepGrace, err, orphans)
+	}
+	orphans, err = e.p.Sweep(context.Background(), gpuprov.SweepOptions{Grace: gpuprov.NoGrace})
+	if err != nil || len(orphans) != 1 || orphans[0].VM != "young" {
+		t.Fatalf("NoGrace: a one-second-old orphan must be reported: %v %+v", err, orphans)
+	}
+}

@@ -193,9 +193,17 @@ type SweepOptions struct {
 	// Delete deletes the orphans found; the default is a dry run.
 	Delete bool
 	// Grace is how old an instance must be before it counts as an orphan,
-	// covering the cloud's listing lag and launches in flight (default 10m).
+	// covering the cloud's listing lag and launches in flight. Zero means
+	// DefaultSweepGrace; NoGrace (any negative value) means none at all.
 	Grace time.Duration
 }
+
+// DefaultSweepGrace is the grace Sweep applies when SweepOptions.Grace is zero.
+const DefaultSweepGrace = 10 * time.Minute
+
+// NoGrace, as SweepOptions.Grace, makes every orphan count at once, however
+// young: an instance still in the cloud's listing lag may then be reported.
+const NoGrace time.Duration = -1
 
 // Orphan is an instance carrying this installation's identity that no VM in
 // the journal owns.
@@ -214,8 +222,11 @@ type Orphan struct {
 // finishes the teardown of VMs left in state deleting by a failed teardown.
 // Providers without Lister are listed in the error, not skipped silently.
 func (p *Provisioner) Sweep(ctx context.Context, opts SweepOptions) ([]Orphan, error) {
-	if opts.Grace == 0 {
-		opts.Grace = 10 * time.Minute
+	switch {
+	case opts.Grace == 0:
+		opts.Grace = DefaultSweepGrace
+	case opts.Grace < 0:
+		opts.Grace = 0
 	}
 	now := p.clock.Now()
 	var out []Orphan
