@@ -13,7 +13,13 @@
 //	err := c.Do(ctx, rest.Request{Method: http.MethodGet, Path: "/instances", Out: &out})
 //
 // The token is sent as "Authorization: Bearer <token>" and appears in no
-// error message; the package logs nothing.
+// error this package returns: a vendor, gateway or proxy may echo the
+// request's credentials in an error answer's body or headers, so every form
+// of the token (as typed, URL-encoded, base64 as Basic auth sends it) is
+// masked (internal/redact) in Error's Body and Header and in every transport
+// error's text before it leaves Do. An adapter that builds its own messages
+// from Error's fields therefore cannot put the token back. The package logs
+// nothing.
 package rest
 
 import (
@@ -30,6 +36,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/org/gpuprov/internal/redact"
 )
 
 // ErrTimeout is wrapped by the error of a call that got no answer within
@@ -45,6 +53,7 @@ const maxBody = 16 << 20
 type Client struct {
 	base    string
 	token   string
+	secrets *redact.Secrets // every form of token, masked in what Do returns
 	timeout time.Duration
 	http    *retryablehttp.Client
 	now     func() time.Time
@@ -65,7 +74,7 @@ func New(base, token string, hc *http.Client, timeout time.Duration) *Client {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	return &Client{base: strings.TrimRight(base, "/"), token: token, timeout: timeout, http: rc, now: time.Now}
+	return &Client{base: strings.TrimRight(base, "/"), token: token, secrets: redact.New(token), timeout: timeout, http: rc, now: time.Now}
 }
 
 // NeverRetry is the CheckRetry policy of every Client: no answer is retried.
@@ -86,8 +95,10 @@ type Response struct {
 	Header http.Header
 }
 
-// Error is an answer outside 2xx. Body is the raw answer (at most 16 MiB),
-// for the adapter to parse its vendor's error format from.
+// Error is an answer outside 2xx. Body is the answer (at most 16 MiB), for
+// the adapter to parse its vendor's error format from, and Header its
+// headers; in both, every form of the client's token is already replaced by
+// redact.Mask, so neither can carry it into a message.
 type Error struct {
 	Method     string
 	Path       string
@@ -145,23 +156,45 @@ func (c *Client) Do(ctx context.Context, r Request) (*Response, error) {
 		case rctx.Err() != nil:
 			return nil, fmt.Errorf("%s %s: %w after %s", r.Method, r.Path, ErrTimeout, c.timeout)
 		}
-		return nil, fmt.Errorf("%s %s: %w", r.Method, r.Path, scrub(err))
+		return nil, fmt.Errorf("%s %s: %w", r.Method, r.Path, c.secrets.Error(scrub(err)))
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: reading the answer: %w", r.Method, r.Path, err)
+		return nil, fmt.Errorf("%s %s: reading the answer: %w", r.Method, r.Path, c.secrets.Error(err))
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, &Error{Method: r.Method, Path: r.Path, Status: resp.StatusCode, Body: b,
-			Header: resp.Header, RetryAfter: RetryAfter(resp.Header.Get("Retry-After"), c.now())}
+		return nil, &Error{Method: r.Method, Path: r.Path, Status: resp.StatusCode, Body: c.secrets.Bytes(b),
+			Header: c.maskHeader(resp.Header), RetryAfter: RetryAfter(resp.Header.Get("Retry-After"), c.now())}
 	}
 	if r.Out != nil && len(bytes.TrimSpace(b)) > 0 {
 		if err := json.Unmarshal(b, r.Out); err != nil {
-			return nil, fmt.Errorf("%s %s: decoding the answer: %w", r.Method, r.Path, err)
+			return nil, fmt.Errorf("%s %s: decoding the answer: %w", r.Method, r.Path, c.secrets.Error(err))
 		}
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header}, nil
+}
+
+// maskHeader returns h, or a copy of it with every form of the token masked
+// in names and values when any holds one.
+func (c *Client) maskHeader(h http.Header) http.Header {
+	leak := false
+	for k, vs := range h {
+		leak = leak || c.secrets.Contains(k)
+		for _, v := range vs {
+			leak = leak || c.secrets.Contains(v)
+		}
+	}
+	if !leak {
+		return h
+	}
+	out := make(http.Header, len(h))
+	for k, vs := range h {
+		for _, v := range vs {
+			out[c.secrets.String(k)] = append(out[c.secrets.String(k)], c.secrets.String(v))
+		}
+	}
+	return out
 }
 
 // scrub drops the URL from a *url.Error so that a query string never lands
