@@ -81,6 +81,22 @@ func TestOpenRefuses(t *testing.T) {
 		{"another program's application_id", func(t *testing.T, path string) {
 			rawExec(t, path, "PRAGMA application_id = 1234")
 		}, sqlite.ErrNotJournal, "not a gpuprov journal"},
+		{"another program's database in WAL mode", func(t *testing.T, path string) {
+			rawExec(t, path, "PRAGMA journal_mode = WAL", "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+		}, sqlite.ErrNotJournal, "not a gpuprov journal"},
+		{"truncated journal", func(t *testing.T, path string) {
+			full := filepath.Join(t.TempDir(), "full.db")
+			db, err := sqlite.Open(context.Background(), full)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			b, err := os.ReadFile(full)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, path, b[:len(b)/2])
+		}, sqlite.ErrNotDatabase, "not a SQLite database"},
 		{"newer schema", func(t *testing.T, path string) {
 			db, err := sqlite.Open(context.Background(), path)
 			if err != nil {
@@ -97,7 +113,11 @@ func TestOpenRefuses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			listBefore := listDir(t, filepath.Dir(path))
 			db, err := sqlite.Open(context.Background(), path)
+			if listAfter := listDir(t, filepath.Dir(path)); listAfter != listBefore {
+				t.Errorf("Open left files behind: directory held %s, now %s", listBefore, listAfter)
+			}
 			if err == nil {
 				db.Close()
 				t.Fatal("Open succeeded")
@@ -114,6 +134,20 @@ func TestOpenRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// listDir lists the names in dir, for comparing before and after.
+func listDir(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return "[" + strings.Join(names, " ") + "]"
 }
 
 func writeFile(t *testing.T, path string, b []byte) {

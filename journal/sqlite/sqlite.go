@@ -94,7 +94,8 @@ var _ journal.Journal = (*DB)(nil)
 // Open opens the journal in the SQLite database file at path, creating the
 // file (mode 0600) and its schema when it does not exist, and migrating an
 // older schema. The parent directory must exist. Open refuses, without
-// modifying the file, a file that is not a SQLite database
+// modifying the file or creating any beside it (no -wal, no -shm), a file
+// that is not a SQLite database
 // (ErrNotDatabase), a SQLite database that is not a gpuprov journal
 // (ErrNotJournal) and a journal with a newer schema (ErrNewerSchema). Every
 // error names the file. The caller must Close the DB.
@@ -269,7 +270,15 @@ func checkExisting(ctx context.Context, path string) error {
 	if !bytes.Equal(buf, header) {
 		return fmt.Errorf("%w (its first bytes are %q, want %q)", ErrNotDatabase, bytes.TrimRight(buf, "\x00"), header)
 	}
-	db, err := sql.Open("sqlite", dsn(path, true))
+	ro := dsn(path, true)
+	if _, err := os.Lstat(path + "-wal"); errors.Is(err, fs.ErrNotExist) {
+		// Without a -wal file the main file holds the whole database, so
+		// read it as immutable: a read-only open of a WAL-mode database
+		// would otherwise create -wal and -shm files next to a file that
+		// may be refused (and that may not even be ours to touch).
+		ro += "&immutable=1"
+	}
+	db, err := sql.Open("sqlite", ro)
 	if err != nil {
 		return err
 	}
