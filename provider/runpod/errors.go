@@ -71,10 +71,15 @@ const CapacityText = "no longer any instances available"
 //	401                           Credentials
 //	403 on create                 Unavailable (the account cannot use this pool)
 //	403 otherwise                 Credentials
-//	409                           Transient (action not valid for the pod's current status)
+//	409                           Failed (DELETE/PATCH: the pod belongs to a cluster and only
+//	                              DELETE /v2/clusters/{id} removes it; no retry changes that)
 //	422                           InvalidRequest
 //	429, 5xx                      Transient (Retry-After honoured)
 //	anything else                 Failed
+//
+// (RunPod REST API v2 OpenAPI, runpod/docs api-reference-v2/openapi.json,
+// version 2.0.0 of 2026-08-18: deletePod answers 409 "Pod belongs to a
+// cluster and cannot be terminated via the pod endpoints".)
 func classifyAPI(name, op string, e *APIError) *provider.Error {
 	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: name, Err: e, RetryAfter: e.Err.RetryAfter}
 	create := op == "create"
@@ -93,7 +98,9 @@ func classifyAPI(name, op string, e *APIError) *provider.Error {
 		pe.Kind = provider.Unavailable
 	case e.Status == http.StatusForbidden:
 		pe.Kind = provider.Credentials
-	case e.Status == http.StatusConflict || e.Status == http.StatusTooManyRequests || e.Status >= 500:
+	case e.Status == http.StatusConflict:
+		pe.Kind = provider.Failed // a cluster's pod: retrying the same call never succeeds
+	case e.Status == http.StatusTooManyRequests || e.Status >= 500:
 		pe.Kind = provider.Transient
 	}
 	return pe

@@ -30,7 +30,8 @@ func TestClassify(t *testing.T) {
 		{"pool access", "create", 403, `{"title":"Forbidden","status":403,"detail":"access denied"}`, 0, provider.Unavailable, provider.ScopeOffer},
 		{"forbidden", "observe", 403, `{"title":"Forbidden","status":403,"detail":"access denied"}`, 0, provider.Credentials, provider.ScopeProvider},
 		{"validation", "create", 422, `{"title":"Unprocessable Entity","status":422,"detail":"Request validation failed.","errors":["$.gpu.id: required"]}`, 0, provider.InvalidRequest, provider.ScopeOffer},
-		{"conflict", "delete", 409, `{"title":"Conflict","status":409,"detail":"Action not valid for current pod status"}`, 0, provider.Transient, provider.ScopeOffer},
+		// deletePod's 409 in the v2 OpenAPI: retried as Transient it looped for ever.
+		{"cluster pod", "delete", 409, `{"title":"Conflict","status":409,"detail":"Pod belongs to a cluster and cannot be terminated via the pod endpoints."}`, 0, provider.Failed, provider.ScopeOffer},
 		{"throttled", "plan", 429, `{"title":"Too Many Requests","status":429,"detail":"rate limit exceeded for the minute window"}`, 12 * time.Second, provider.Transient, provider.ScopeOffer},
 		{"server", "create", 502, ``, 0, provider.Transient, provider.ScopeOffer},
 		{"not found", "diagnose", 404, `{"title":"Not Found","status":404,"detail":"pod not found"}`, 0, provider.Failed, provider.ScopeOffer},

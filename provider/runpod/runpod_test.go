@@ -178,6 +178,24 @@ func TestDeleteAndCleanup(t *testing.T) {
 	}
 }
 
+// TestDeleteOfAClusterPodFails: RunPod answers DELETE /v2/pods/{id} of a
+// cluster's pod with 409 (v2 OpenAPI, deletePod). That is Failed, not
+// Transient: retrying the same DELETE never succeeds, so the core must not
+// loop on it. The pod is still there and the error names the reason.
+func TestDeleteOfAClusterPodFails(t *testing.T) {
+	e := newEnv(t, runpod.Config{})
+	o, id := e.launch(t, spec("train"))
+	e.api.JoinCluster(id, "cluster_abc123")
+	err := e.p.Delete(context.Background(), o.Location, "train", []string{id})
+	kindOf(t, err, provider.Failed)
+	if !strings.Contains(err.Error(), "belongs to a cluster") {
+		t.Fatalf("error does not say why: %v", err)
+	}
+	if pods := e.api.Pods(); len(pods) != 1 {
+		t.Fatalf("pods %+v", pods)
+	}
+}
+
 func TestFactory(t *testing.T) {
 	t.Setenv(runpod.EnvAPIKey, "from-env")
 	p, err := provider.Build("runpod", provider.Settings{Installation: installation})

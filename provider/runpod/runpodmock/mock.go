@@ -34,7 +34,10 @@ type Pod struct {
 	Count                                           int
 	Env                                             map[string]string
 	Ports                                           []string
-	lists                                           int
+	// Cluster is the id of the cluster the pod belongs to (""; none): such
+	// a pod cannot be deleted through /pods.
+	Cluster string
+	lists   int
 }
 
 // Call is one request the fake received.
@@ -110,6 +113,20 @@ func (a *API) SetStatus(id, status string) {
 		p.lists = 1 << 20
 	}
 }
+
+// JoinCluster makes pod id a member of cluster: DELETE /pods/{id} then
+// answers 409, as RunPod documents for a cluster's pods.
+func (a *API) JoinCluster(id, cluster string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p, ok := a.pods[id]; ok {
+		p.Cluster = cluster
+	}
+}
+
+// ClusterConflictDetail is the detail of deletePod's 409 (RunPod REST API v2
+// OpenAPI, runpod/docs api-reference-v2/openapi.json, 2.0.0).
+const ClusterConflictDetail = "Pod belongs to a cluster and cannot be terminated via the pod endpoints."
 
 // Settle makes every provisioning pod run with its SSH port mapped.
 func (a *API) Settle() {
@@ -202,8 +219,12 @@ func (a *API) route(r *http.Request, path string, body []byte) *http.Response {
 		return problem(404, "pod not found", "")
 	case r.Method == http.MethodDelete && strings.HasPrefix(path, "/pods/"):
 		id := strings.TrimPrefix(path, "/pods/")
-		if _, ok := a.pods[id]; !ok {
+		p, ok := a.pods[id]
+		if !ok {
 			return problem(404, "pod not found", "")
+		}
+		if p.Cluster != "" {
+			return problem(409, ClusterConflictDetail, "")
 		}
 		delete(a.pods, id)
 		return httpmock.NewStringResponse(204, "")
@@ -242,6 +263,9 @@ func wire(p *Pod, bootLists int) map[string]any {
 	w := map[string]any{"id": p.ID, "name": p.Name, "status": p.Status, "env": p.Env, "ports": p.Ports,
 		"cloud": p.Cloud, "dataCenterId": p.DataCenter, "image": p.Image, "cost": 1.0, "createdAt": "2026-01-01T00:00:00Z",
 		"gpu": map[string]any{"id": p.GPU, "count": p.Count}, "runtime": nil}
+	if p.Cluster != "" {
+		w["cluster"] = map[string]any{"id": p.Cluster, "rank": 0}
+	}
 	if p.Status == "RUNNING" {
 		ports := []map[string]any{}
 		if p.lists >= bootLists && slices.Contains(p.Ports, "22/tcp") {
