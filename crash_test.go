@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,6 +126,25 @@ var crashScenarios = []crashScenario{
 			a.Script(&pt.Rule{Op: pt.OpCreate, Err: pe(provider.Transient, "timeout"), Land: true, Times: 1})
 		},
 		req: func() gpuprov.Request { return h100("twin") },
+	},
+	{
+		// The first offer's instance fails while booting, and the read API
+		// fails every other call throughout: teardowns must delete the
+		// journaled instance without waiting for a look, and recovery
+		// must finish them.
+		name: "read API half down",
+		setup: func(fakes []*pt.Fake) {
+			a := fakes[0]
+			a.BootTime, a.DeleteTime = 10*time.Second, 10*time.Second
+			a.FailBoot(a.Offers[0].Key())
+			var looks atomic.Int64
+			odd := func(*pt.Call) bool { return looks.Add(1)%2 == 1 }
+			a.Script(
+				&pt.Rule{Op: pt.OpObserve, Match: odd, Err: pe(provider.Transient, "HTTP 503")},
+				&pt.Rule{Op: pt.OpList, Match: odd, Err: pe(provider.Transient, "HTTP 503")},
+			)
+		},
+		req: func() gpuprov.Request { return h100("halfdown") },
 	},
 	{
 		// Credentials fail after the instance landed: the launch aborts

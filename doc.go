@@ -34,7 +34,12 @@
 // bounded by its own budget (the provider's BootTimeout, the connect and
 // bootstrap timeouts). Teardown never runs on the caller's context: it uses
 // a detached one bounded by the provider's DeleteTimeout, so Ctrl-C and an
-// expired deadline still clean up. A teardown that cannot finish leaves the
-// VM in state deleting with its error, never in a state that hides a live
-// instance.
+// expired deadline still clean up. A teardown first sends Delete for every
+// instance id the journal knows, whatever the cloud's listing says (deleting
+// an unknown id is success), so a read API that is down or a listing that
+// lags never keeps a known instance alive; it then looks, with a listing
+// taken during the teardown, to confirm and to find what the journal does not
+// know, backing off on consecutive failures only. A teardown that cannot
+// finish leaves the VM in state deleting with its error, never in a state
+// that hides a live instance; Delete, Recover and Sweep finish it later.
 package gpuprov

@@ -1,9 +1,11 @@
 package gpuprov
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -124,63 +126,8 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 		window = 0
 	}
 	if !a.CreateSent.IsZero() {
-		requested := map[string]bool{}
-		for n := 0; ; n++ {
-			obs, err := d.observe(dctx, pp, a)
-			if err == nil {
-				var del []string
-				for _, o := range obs {
-					if !requested[o.ID] && o.Status != provider.StatusStopping {
-						del = append(del, o.ID)
-					}
-				}
-				if n == 0 {
-					// Ids the journal knows are deleted even when the
-					// cloud does not list them (yet): deleting an unknown
-					// id is success, and a listing that lags must not hide
-					// a paid instance.
-					for _, id := range a.InstanceIDs {
-						if !slices.Contains(del, id) && !slices.ContainsFunc(obs, func(o provider.Observed) bool { return o.ID == id }) {
-							del = append(del, id)
-						}
-					}
-				}
-				lagOver := !d.now().Before(a.CreateSent.Add(window))
-				if len(obs) == 0 && lagOver {
-					break
-				}
-				if len(del) > 0 {
-					for _, id := range del {
-						if !slices.Contains(a.InstanceIDs, id) {
-							a.InstanceIDs = append(a.InstanceIDs, id)
-						}
-					}
-					if err = pp.wait(dctx); err == nil {
-						err = pp.Delete(dctx, loc, d.row.Name, del)
-						pp.note(err)
-					}
-					d.seen = d.now() // the next look must see the deletion
-					if err == nil {
-						for _, id := range del {
-							requested[id] = true
-						}
-					}
-				}
-			}
-			if err != nil && provider.KindOf(err) != provider.Transient {
-				return fmt.Errorf("tearing down attempt %d in %s/%s: %w", a.N, a.Provider, loc, err)
-			}
-			if cerr := context.Cause(dctx); cerr != nil {
-				return fmt.Errorf("tearing down attempt %d in %s/%s: instances %v not confirmed gone: %w", a.N, a.Provider, loc, a.InstanceIDs, cerr)
-			}
-			if err != nil {
-				err = d.p.clock.Sleep(dctx, d.p.backoff.Delay(min(n, 6), provider.RetryAfterOf(err)))
-			} else {
-				err = d.p.clock.Sleep(dctx, pp.caps.PollInterval)
-			}
-			if err != nil {
-				return fmt.Errorf("tearing down attempt %d in %s/%s: instances %v not confirmed gone: %w", a.N, a.Provider, loc, a.InstanceIDs, err)
-			}
+		if err := d.deleteInstances(dctx, pp, a, loc, window); err != nil {
+			return fmt.Errorf("tearing down attempt %d in %s/%s: %w", a.N, a.Provider, loc, err)
 		}
 	}
 	if err := d.retry(dctx, pp, a, "cleanup", func(ctx context.Context) error { return pp.Cleanup(ctx, loc, d.row.Name) }); err != nil {
@@ -194,6 +141,107 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 	ev.Time, ev.VM = d.now(), d.row.Name
 	d.pending = &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a}, Events: []journal.Event{ev}}
 	return nil
+}
+
+// redeleteAfter is how long an instance whose deletion the cloud accepted
+// may still be listed as running (not stopping) before its Delete is sent
+// again: a cloud may accept a delete and drop it.
+const redeleteAfter = time.Minute
+
+// deleteInstances deletes every instance of attempt a and returns once none
+// is listed any more (and the listing lag after the create is over).
+//
+// Every id the journal knows is sent to Delete first, before anything is
+// looked at: deleting an unknown id is success by contract, and a read API
+// that is down, or a listing that lags, must never keep a known instance
+// alive. Observe (or the shared List) then only confirms, and finds what the
+// journal does not know, which is deleted too. Failed calls are retried with
+// backoff on consecutive failures; a successful call resets it. It gives up
+// when ctx (the teardown's DeleteTimeout) ends, naming the ids not
+// confirmed gone and the last error.
+func (d *driver) deleteInstances(ctx context.Context, pp *paced, a *journal.Attempt, loc provider.Location, window time.Duration) error {
+	requested := map[string]time.Time{} // id → when the cloud accepted its Delete
+	// Confirmation comes from looks taken during this teardown, never from
+	// a listing shared earlier (a Delete of a VM ready for hours would
+	// otherwise read the listing its launch polled).
+	if t := d.now().Add(-time.Nanosecond); d.seen.Before(t) {
+		d.seen = t
+	}
+	send := func(ids []string) error {
+		for _, id := range ids {
+			if !slices.Contains(a.InstanceIDs, id) {
+				a.InstanceIDs = append(a.InstanceIDs, id)
+			}
+		}
+		if err := pp.wait(ctx); err != nil {
+			return err
+		}
+		err := pp.Delete(ctx, loc, d.row.Name, ids)
+		pp.note(err)
+		if err == nil {
+			now := d.now()
+			for _, id := range ids {
+				requested[id] = now
+			}
+			d.seen = now // the next look must see the deletion
+		}
+		return err
+	}
+	var lastErr error
+	for failures := 0; ; {
+		var known []string
+		for _, id := range a.InstanceIDs {
+			if _, ok := requested[id]; !ok {
+				known = append(known, id)
+			}
+		}
+		var err error
+		if len(known) > 0 {
+			err = send(known)
+		}
+		if err == nil {
+			var obs []provider.Observed
+			if obs, err = d.observe(ctx, pp, a); err == nil {
+				var del []string
+				for _, o := range obs {
+					at, asked := requested[o.ID]
+					if o.Status != provider.StatusStopping && (!asked || d.now().Sub(at) >= redeleteAfter) {
+						del = append(del, o.ID)
+					}
+				}
+				if len(obs) == 0 && !d.now().Before(a.CreateSent.Add(window)) {
+					return nil
+				}
+				if len(del) > 0 {
+					err = send(del)
+				}
+			}
+		}
+		if err != nil && provider.KindOf(err) != provider.Transient && context.Cause(ctx) == nil {
+			return err
+		}
+		wait := pp.caps.PollInterval
+		if err != nil {
+			lastErr = err
+			wait = d.p.backoff.Delay(min(failures, 6), provider.RetryAfterOf(err))
+			failures++
+		} else {
+			failures = 0
+		}
+		if context.Cause(ctx) == nil {
+			err = d.p.clock.Sleep(ctx, wait)
+		}
+		if cerr := context.Cause(ctx); cerr != nil || err != nil {
+			msg := fmt.Sprintf("instances %v not confirmed gone", a.InstanceIDs)
+			if len(requested) > 0 {
+				msg += fmt.Sprintf(" (deletion of %v accepted)", slices.Sorted(maps.Keys(requested)))
+			}
+			if lastErr != nil {
+				return fmt.Errorf("%s: %w; last error: %w", msg, cmp.Or(cerr, err), lastErr)
+			}
+			return fmt.Errorf("%s: %w", msg, cmp.Or(cerr, err))
+		}
+	}
 }
 
 // block returns the blocklist entry for a failure of kind on offer o.

@@ -35,10 +35,11 @@ type Call struct {
 	Op       Op
 	VM       string
 	Location provider.Location
-	Offer    string   // offer key, for prepare and create
-	IDs      []string // for delete
-	Token    string   // for create
-	Err      error    // what the fake answered
+	Offer    string    // offer key, for prepare and create
+	IDs      []string  // for delete
+	Token    string    // for create
+	Err      error     // what the fake answered
+	At       time.Time // when, on the fake's clock
 }
 
 // Rule scripts the answer to calls: when Match accepts a call, Err is
@@ -206,6 +207,9 @@ func (f *Fake) script(c Call) (err error, land, matched bool) {
 }
 
 func (f *Fake) log(c Call) {
+	if f.Clock != nil {
+		c.At = f.Clock.Now()
+	}
 	f.calls = append(f.calls, c)
 }
 
