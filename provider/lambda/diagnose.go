@@ -66,23 +66,27 @@ func (p *Provider) diagnoseGone(ctx context.Context, d provider.Diagnosis) (prov
 	q := url.Values{"resource_type": {"cloud.instance"}}
 	var last *wireAuditEvent
 	for page := 0; page < 20; page++ {
+		// {"data": AuditEventsPage{events, page_token}} (OpenAPI 1.8.3,
+		// getAuditEvents).
 		var out struct {
-			Data      []wireAuditEvent `json:"data"`
-			PageToken *string          `json:"page_token"`
+			Data struct {
+				Events    []wireAuditEvent `json:"events"`
+				PageToken *string          `json:"page_token"`
+			} `json:"data"`
 		}
 		if err := p.call(ctx, "diagnose", http.MethodGet, "/audit-events", q, nil, &out); err != nil {
 			return d, err
 		}
-		for i := range out.Data {
-			e := &out.Data[i]
+		for i := range out.Data.Events {
+			e := &out.Data.Events[i]
 			if slices.Contains(e.ResourceLRNs, lrn) || fmt.Sprint(e.AdditionalDetails["instance_lrn"]) == lrn {
 				last = e
 			}
 		}
-		if out.PageToken == nil || *out.PageToken == "" {
+		if out.Data.PageToken == nil || *out.Data.PageToken == "" {
 			break
 		}
-		q.Set("page_token", *out.PageToken)
+		q.Set("page_token", *out.Data.PageToken)
 	}
 	f := provider.Finding{Severity: provider.Critical, Code: "gone",
 		Message: fmt.Sprintf("Lambda does not know instance %s (never launched, or terminated)", d.InstanceID)}

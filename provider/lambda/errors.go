@@ -56,47 +56,61 @@ func IsAPIError(err error, codes ...string) bool {
 	return false
 }
 
-// Documented error codes (OpenAPI spec of the Lambda Cloud API, v1.10).
+// Error codes. Reference: the Lambda Cloud API's OpenAPI document, version
+// 1.8.3 (the newest found; a copy is openapi-1.8.3.json in the repository
+// alexandervaneck/lambda-ai-cloud-api-client, commit b7035f7 of
+// 2025-12-11). Each code names the ApiError* schema it comes from and the
+// operations the adapter calls that document it.
 const (
-	CodeInsufficientCapacity   = "instance-operations/launch/insufficient-capacity"
-	CodeFileSystemWrongRegion  = "instance-operations/launch/file-system-in-wrong-region"
-	CodeFileSystemsUnsupported = "instance-operations/launch/file-systems-not-supported"
-	CodeQuotaExceeded          = "global/quota-exceeded"
-	CodeInvalidAPIKey          = "global/invalid-api-key"
-	CodeAccountInactive        = "global/account-inactive"
-	CodeInvalidAddress         = "global/invalid-address"
-	CodeForbidden              = "global/forbidden"
-	CodeInvalidParameters      = "global/invalid-parameters"
-	CodeObjectDoesNotExist     = "global/object-does-not-exist"
-	CodeNotFound               = "global/not-found"
-	CodeConflict               = "global/conflict"
-	CodeInternal               = "global/internal-error"
-	CodeUnknown                = "global/unknown"
-	CodeKeyInUse               = "ssh-keys/key-in-use"
-	CodeRulesetInUse           = "firewall-rulesets/firewall-ruleset-in-use"
-	CodeProviderUnavailable    = "provider/internal-unavailable"
-	CodeProviderQuota          = "provider/quota-exceeded"
+	// ApiErrorInsufficientCapacity: launch 400.
+	CodeInsufficientCapacity = "instance-operations/launch/insufficient-capacity"
+	// ApiErrorFileSystemInWrongRegion: launch 400 (the adapter attaches no
+	// file system; kept because launch documents it).
+	CodeFileSystemWrongRegion = "instance-operations/launch/file-system-in-wrong-region"
+	// ApiErrorQuotaExceeded: launch 400, firewall-rulesets POST 400.
+	CodeQuotaExceeded = "global/quota-exceeded"
+	// ApiErrorUnauthorized: 401 on every operation.
+	CodeInvalidAPIKey = "global/invalid-api-key"
+	// ApiErrorAccountInactive: 403 on every operation.
+	CodeAccountInactive = "global/account-inactive"
+	// ApiErrorInvalidBillingAddress: launch 403.
+	CodeInvalidAddress = "global/invalid-address"
+	// ApiErrorInvalidParameters: 400 of launch, ssh-keys POST and DELETE,
+	// firewall-rulesets POST, audit-events. DELETE /ssh-keys/{id} of an id
+	// the account does not have answers this too (it documents no 404).
+	CodeInvalidParameters = "global/invalid-parameters"
+	// ApiErrorInstanceNotFound, ApiErrorLaunchResourceNotFound,
+	// ApiErrorFirewallRulesetNotFound: 404 of instances/{id}, terminate,
+	// launch (also 400), firewall-rulesets/{id}.
+	CodeObjectDoesNotExist = "global/object-does-not-exist"
+	// ApiErrorInternal: firewall-rulesets POST, PATCH, DELETE 409.
+	CodeInternal = "global/internal-error"
+	// ApiErrorFirewallRulesetInUse: firewall-rulesets/{id} DELETE 400.
+	CodeRulesetInUse = "firewall-rulesets/firewall-ruleset-in-use"
+	// The description's "Provider errors": codes prefixed provider/ come
+	// from upstream services; provider/internal-unavailable is its example.
+	CodeProviderUnavailable = "provider/internal-unavailable"
+	// Not a code of the document: the description names "quota limitations
+	// or resource exhaustion" among provider errors, and this is their code
+	// as seen in client code. Capacity (next offer) is the safe reading.
+	CodeProviderQuota = "provider/quota-exceeded"
 )
 
-// codeKinds maps every documented code to the failover policy.
+// codeKinds maps every documented code to the failover policy. A code not
+// here is classified by status (classifyAPI).
 var codeKinds = map[string]provider.ErrorKind{
-	CodeInsufficientCapacity:   provider.Capacity,
-	CodeFileSystemWrongRegion:  provider.Unavailable,
-	CodeFileSystemsUnsupported: provider.Unavailable,
-	CodeQuotaExceeded:          provider.Quota, // account-wide: see classify
-	CodeInvalidAPIKey:          provider.Credentials,
-	CodeAccountInactive:        provider.Credentials,
-	CodeInvalidAddress:         provider.Credentials, // billing address: nothing works until fixed
-	CodeForbidden:              provider.Credentials,
-	CodeInvalidParameters:      provider.InvalidRequest,
-	CodeObjectDoesNotExist:     provider.InvalidRequest, // launch: image, key or ruleset missing; delete treats it as gone first
-	CodeNotFound:               provider.InvalidRequest,
-	CodeConflict:               provider.Transient,
-	CodeInternal:               provider.Transient,
-	CodeKeyInUse:               provider.Transient, // an instance still terminating holds it
-	CodeRulesetInUse:           provider.Transient, // likewise
-	CodeProviderUnavailable:    provider.Transient,
-	CodeProviderQuota:          provider.Capacity, // the upstream provider is exhausted
+	CodeInsufficientCapacity:  provider.Capacity,
+	CodeFileSystemWrongRegion: provider.Unavailable,
+	CodeQuotaExceeded:         provider.Quota, // account-wide: see classifyAPI
+	CodeInvalidAPIKey:         provider.Credentials,
+	CodeAccountInactive:       provider.Credentials,
+	CodeInvalidAddress:        provider.Credentials, // billing address: nothing works until fixed
+	CodeInvalidParameters:     provider.InvalidRequest,
+	CodeObjectDoesNotExist:    provider.InvalidRequest, // launch: image, key or ruleset missing; deletes treat it as gone first
+	CodeInternal:              provider.Transient,
+	CodeRulesetInUse:          provider.Transient, // an instance still terminating holds it
+	CodeProviderUnavailable:   provider.Transient,
+	CodeProviderQuota:         provider.Capacity, // the upstream provider is exhausted
 }
 
 // parseError reads Lambda's error body from a *rest.Error.
@@ -154,3 +168,11 @@ func classifyAPI(name, op string, e *APIError) *provider.Error {
 
 // isGone reports whether err is a 404 answer (the object does not exist).
 func isGone(err error) bool { return rest.StatusOf(err) == http.StatusNotFound }
+
+// isKeyGone reports whether err answers DELETE /ssh-keys/{id} for a key that
+// is not there: that operation documents no 404, and an id it does not know
+// is its only invalid parameter (a path id and no body), so 400
+// global/invalid-parameters means gone. 404 is accepted too.
+func isKeyGone(err error) bool {
+	return isGone(err) || (rest.StatusOf(err) == http.StatusBadRequest && IsAPIError(err, CodeInvalidParameters))
+}

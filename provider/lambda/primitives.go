@@ -135,7 +135,7 @@ func (p *Provider) ensureKey(ctx context.Context, name, public string) (wireSSHK
 			return k, nil
 		}
 		// Ours by name but stale key material: replace it.
-		if err := p.call(ctx, "prepare", http.MethodDelete, "/ssh-keys/"+url.PathEscape(k.ID), nil, nil, nil); err != nil && !isGone(err) {
+		if err := p.call(ctx, "prepare", http.MethodDelete, "/ssh-keys/"+url.PathEscape(k.ID), nil, nil, nil); err != nil && !isKeyGone(err) {
 			return wireSSHKey{}, err
 		}
 	}
@@ -164,7 +164,14 @@ func (p *Provider) ensureRuleset(ctx context.Context, name, region string, ports
 	}
 	rules := []wireRule{{Protocol: "tcp", PortRange: []int{22, 22}, SourceNetwork: p.cfg.SourceNetwork, Description: "gpuprov: ssh"}}
 	for _, pt := range ports {
-		rules = append(rules, wireRule{Protocol: pt.Protocol, PortRange: []int{pt.Number, pt.Number},
+		// NetworkProtocol is the enum tcp, udp, icmp, all, in lower case;
+		// a port range goes with tcp and udp only.
+		proto := strings.ToLower(pt.Protocol)
+		if proto != "tcp" && proto != "udp" {
+			return wireRuleset{}, provider.Errorf(provider.InvalidRequest, p.name, "prepare",
+				"port %s: Lambda firewall rules open ports for tcp or udp only", pt)
+		}
+		rules = append(rules, wireRule{Protocol: proto, PortRange: []int{pt.Number, pt.Number},
 			SourceNetwork: p.cfg.SourceNetwork, Description: "gpuprov: " + pt.String()})
 	}
 	var out struct {
@@ -352,7 +359,7 @@ func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string
 		if k.Name != name {
 			continue
 		}
-		if err := p.call(ctx, "cleanup", http.MethodDelete, "/ssh-keys/"+url.PathEscape(k.ID), nil, nil, nil); err != nil && !isGone(err) {
+		if err := p.call(ctx, "cleanup", http.MethodDelete, "/ssh-keys/"+url.PathEscape(k.ID), nil, nil, nil); err != nil && !isKeyGone(err) {
 			return err
 		}
 	}

@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -75,8 +77,10 @@ type API struct {
 	seq       int
 	// BootLists is how many GET /instances an instance stays booting (default 1).
 	BootLists int
-	// Audit is returned by GET /audit-events.
-	Audit []map[string]any
+	// Audit is the audit log GET /audit-events answers, AuditPageSize
+	// events a page (default 100), as {"data":{"events":[…],"page_token":…}}.
+	Audit         []map[string]any
+	AuditPageSize int
 }
 
 // New returns a fake accepting key with the catalog types.
@@ -191,7 +195,7 @@ func (a *API) serve(base string) httpmock.Responder {
 				return apiErr(f.Status, f.Code, f.Message, f.RetryAfter), nil
 			}
 		}
-		return a.route(r.Method, path, body), nil
+		return a.route(r.Method, path, r.URL.Query(), body), nil
 	}
 }
 
@@ -219,7 +223,7 @@ func data(v any) *http.Response {
 	return resp
 }
 
-func (a *API) route(method, path string, body []byte) *http.Response {
+func (a *API) route(method, path string, query url.Values, body []byte) *http.Response {
 	switch {
 	case method == http.MethodGet && path == "/instance-types":
 		return a.instanceTypes()
@@ -258,7 +262,8 @@ func (a *API) route(method, path string, body []byte) *http.Response {
 	case method == http.MethodDelete && strings.HasPrefix(path, "/ssh-keys/"):
 		id := strings.TrimPrefix(path, "/ssh-keys/")
 		if _, ok := a.keys[id]; !ok {
-			return apiErr(404, "global/not-found", "The requested resource was not found.", "")
+			// deleteSSHKey documents 400 ApiErrorInvalidParameters and no 404.
+			return apiErr(400, "global/invalid-parameters", "Invalid request data.", "")
 		}
 		delete(a.keys, id)
 		return data(map[string]any{})
@@ -271,7 +276,7 @@ func (a *API) route(method, path string, body []byte) *http.Response {
 		return data(out)
 	case method == http.MethodPost && path == "/firewall-rulesets":
 		var in map[string]any
-		if json.Unmarshal(body, &in) != nil || in["name"] == nil || in["region"] == nil {
+		if json.Unmarshal(body, &in) != nil || in["name"] == nil || in["region"] == nil || !validRules(in["rules"]) {
 			return apiErr(400, "global/invalid-parameters", "Invalid request data.", "")
 		}
 		a.seq++
@@ -289,10 +294,66 @@ func (a *API) route(method, path string, body []byte) *http.Response {
 		delete(a.rulesets, id)
 		return data(map[string]any{})
 	case method == http.MethodGet && path == "/audit-events":
-		b, _ := json.Marshal(map[string]any{"data": a.Audit, "page_token": nil})
-		return httpmock.NewBytesResponse(200, b)
+		return a.auditEvents(query)
 	}
 	return apiErr(404, "global/not-found", "The requested resource was not found.", "")
+}
+
+// auditEvents answers getAuditEvents: {"data": AuditEventsPage}, where the
+// page is {"events": [...], "page_token": string or null} (OpenAPI 1.8.3).
+// The page token is the offset of the next page.
+func (a *API) auditEvents(q url.Values) *http.Response {
+	size := a.AuditPageSize
+	if size <= 0 {
+		size = 100
+	}
+	from := 0
+	if t := q.Get("page_token"); t != "" {
+		n, err := strconv.Atoi(t)
+		if err != nil || n < 0 || n > len(a.Audit) {
+			return apiErr(400, "global/invalid-parameters", "Invalid request data.", "")
+		}
+		from = n
+	}
+	var events []map[string]any
+	for _, e := range a.Audit[from:min(from+size, len(a.Audit))] {
+		if rt := q.Get("resource_type"); rt == "" || e["service_name"] == nil || rt == fmt.Sprint(e["service_name"], ".", e["resource_name"]) {
+			events = append(events, e)
+		}
+	}
+	if events == nil {
+		events = []map[string]any{}
+	}
+	var next any
+	if from+size < len(a.Audit) {
+		next = strconv.Itoa(from + size)
+	}
+	return data(map[string]any{"events": events, "page_token": next})
+}
+
+// validRules checks a ruleset's rules as FirewallRule does: protocol in the
+// NetworkProtocol enum (tcp, udp, icmp, all; lower case), a [min, max]
+// port range for all but icmp.
+func validRules(v any) bool {
+	rules, ok := v.([]any)
+	if !ok {
+		return false
+	}
+	for _, r := range rules {
+		m, ok := r.(map[string]any)
+		if !ok {
+			return false
+		}
+		proto, _ := m["protocol"].(string)
+		if !slices.Contains([]string{"tcp", "udp", "icmp", "all"}, proto) {
+			return false
+		}
+		pr, _ := m["port_range"].([]any)
+		if proto != "icmp" && len(pr) != 2 {
+			return false
+		}
+	}
+	return true
 }
 
 func (a *API) usersOf(rulesetID string) []string {
