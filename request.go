@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/org/gpuprov/provider"
@@ -101,7 +102,7 @@ func (r *Request) normalize(known map[string]bool) error {
 		return err
 	}
 	if r.GPU == "" {
-		return &RequestError{"gpu", fmt.Sprintf("empty (known: %v)", provider.GPUNames())}
+		return &RequestError{"gpu", fmt.Sprintf("empty (known: %s)", strings.Join(provider.GPUNames(), ", "))}
 	}
 	canon, err := provider.CanonicalGPU(r.GPU)
 	if err != nil {

@@ -89,20 +89,113 @@ func GPUNames() []string {
 	return names
 }
 
-// UnknownGPUError is returned for a GPU name no table entry knows. Its message
-// lists the known names.
-type UnknownGPUError struct{ Name string }
+// UnknownGPUError is returned for a GPU name no table entry knows. Its
+// message suggests the nearest known names (Suggestions), or lists the known
+// names when none is near.
+type UnknownGPUError struct {
+	Name string
+	// Suggestions are the canonical names nearest to Name, at most three,
+	// nearest first; empty when none is near enough to be a likely typo.
+	Suggestions []string
+}
 
 func (e *UnknownGPUError) Error() string {
-	return fmt.Sprintf("unknown GPU %q (known: %s)", e.Name, strings.Join(GPUNames(), ", "))
+	switch len(e.Suggestions) {
+	case 0:
+		return fmt.Sprintf("unknown GPU %q (known: %s)", e.Name, strings.Join(GPUNames(), ", "))
+	case 1:
+		return fmt.Sprintf("unknown GPU %q: did you mean %s?", e.Name, e.Suggestions[0])
+	}
+	n := len(e.Suggestions)
+	return fmt.Sprintf("unknown GPU %q: did you mean %s or %s?", e.Name, strings.Join(e.Suggestions[:n-1], ", "), e.Suggestions[n-1])
+}
+
+// maxSuggestions bounds UnknownGPUError.Suggestions.
+const maxSuggestions = 3
+
+// SuggestGPU returns the canonical names nearest to name, nearest first, at
+// most three: those whose canonical name or an alias starts with name or is
+// within a few edits of it (more for longer names), ignoring case, spaces,
+// dashes and underscores, and counting the look-alikes o/0 and l/i/1 as the
+// same character ("H1OO" is H100-80GB). Only the nearest are returned; nil
+// when nothing is that near.
+func SuggestGPU(name string) []string {
+	in := foldLookAlikes(normalizeGPU(name))
+	if in == "" {
+		return nil
+	}
+	// Scores are doubled edit distances, so that a spelling that starts
+	// with the input ("h10" of "h100") ranks between an exact match and one
+	// edit.
+	limit := 2 * (1 + len(in)/4)
+	best := map[string]int{} // canonical name → its nearest spelling's score
+	for _, g := range gpuTable {
+		for _, n := range append([]string{g.Name}, g.Aliases...) {
+			spelling := foldLookAlikes(normalizeGPU(n))
+			d := 2 * editDistance(in, spelling)
+			if d > 0 && len(in) >= 3 && strings.HasPrefix(spelling, in) {
+				d = 1
+			}
+			if prev, ok := best[g.Name]; d <= limit && (!ok || d < prev) {
+				best[g.Name] = d
+			}
+		}
+	}
+	if len(best) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(best))
+	for n := range best {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if best[names[i]] != best[names[j]] {
+			return best[names[i]] < best[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	// Only the nearest distance: a farther name next to an obvious match is noise.
+	cut := 0
+	for cut < len(names) && cut < maxSuggestions && best[names[cut]] == best[names[0]] {
+		cut++
+	}
+	return names[:cut]
+}
+
+// foldLookAlikes maps characters that are easily typed for one another
+// (o and 0, l and i and 1) to one of them.
+func foldLookAlikes(s string) string {
+	return strings.NewReplacer("o", "0", "l", "1", "i", "1").Replace(s)
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes (GPU
+// names are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // CanonicalGPU returns the canonical name of a GPU name or alias, or an
-// *UnknownGPUError listing the known names.
+// *UnknownGPUError suggesting the nearest names (see SuggestGPU).
 func CanonicalGPU(name string) (string, error) {
 	g, ok := LookupGPU(name)
 	if !ok {
-		return "", &UnknownGPUError{Name: name}
+		return "", &UnknownGPUError{Name: name, Suggestions: SuggestGPU(name)}
 	}
 	return g.Name, nil
 }
