@@ -88,13 +88,21 @@ func containsAny(s string, phrases []string) bool {
 	return false
 }
 
-// classifyAPI maps a Prime answer to the failover policy:
+// classifyAPI maps a Prime answer to the failover policy. Prime's OpenAPI
+// document (compute API 0.1.0) documents only 401 "Authorization failed" and
+// 422 "Invalid request data" ({"errors": [{"param", "details"}]}) on every
+// operation; it documents no stockout answer. So on create any other 4xx is
+// taken for "this offer cannot be placed" (Unavailable: next offer, nothing
+// was created), never InvalidRequest, which would abort the whole launch on
+// an undocumented stockout text:
 //
 //	402, or a 4xx naming the wallet/funds   Quota, provider-wide (the wallet funds every region)
 //	401, 403                                 Credentials
 //	429, 5xx                                 Transient (Retry-After honoured)
 //	4xx naming capacity or stock             Capacity
-//	422, other 400                           InvalidRequest
+//	422                                      InvalidRequest
+//	other 4xx on create                      Unavailable
+//	other 400                                InvalidRequest
 //	anything else                            Failed
 func classifyAPI(name, op string, e *APIError) *provider.Error {
 	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: name, Err: e, RetryAfter: e.Err.RetryAfter}
@@ -107,7 +115,11 @@ func classifyAPI(name, op string, e *APIError) *provider.Error {
 		pe.Kind = provider.Transient
 	case e.Status >= 400 && e.Status < 500 && e.Status != http.StatusNotFound && containsAny(e.Message, capacityPhrases):
 		pe.Kind = provider.Capacity
-	case e.Status == http.StatusUnprocessableEntity || e.Status == http.StatusBadRequest:
+	case e.Status == http.StatusUnprocessableEntity:
+		pe.Kind = provider.InvalidRequest
+	case op == "create" && e.Status >= 400 && e.Status < 500:
+		pe.Kind = provider.Unavailable
+	case e.Status == http.StatusBadRequest:
 		pe.Kind = provider.InvalidRequest
 	}
 	return pe

@@ -11,7 +11,8 @@ import (
 
 // TestClassify is built from the statuses of Prime's API reference (401,
 // 402 wallet, 422 validation, 429, 5xx) and the stock messages it answers
-// on create.
+// on create. Prime's OpenAPI document (compute API 0.1.0) documents only 401
+// and 422 ({"errors":[{"param","details"}]}).
 func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -30,12 +31,15 @@ func TestClassify(t *testing.T) {
 		{"not available", 400, `{"detail":"Selected configuration is not available anymore"}`, 0, provider.Capacity, provider.ScopeOffer},
 		{"validation list", 422, `{"detail":[{"loc":["body","pod","gpuType"],"msg":"value is not a valid enumeration member"}]}`, 0, provider.InvalidRequest, provider.ScopeOffer},
 		{"validation errors", 422, `{"errors":[{"param":"socket","details":"invalid"}]}`, 0, provider.InvalidRequest, provider.ScopeOffer},
-		{"bad request", 400, `{"detail":"Invalid image for this cloudId"}`, 0, provider.InvalidRequest, provider.ScopeOffer},
+		// No stockout answer is documented: an unknown 4xx on create goes
+		// to the next offer, it never aborts the launch.
+		{"bad request", 400, `{"detail":"Invalid image for this cloudId"}`, 0, provider.Unavailable, provider.ScopeOffer},
+		{"undocumented stockout", 400, `{"detail":"No machines matching your request right now"}`, 0, provider.Unavailable, provider.ScopeOffer},
+		{"undocumented 409", 409, `{"detail":"Request could not be fulfilled"}`, 0, provider.Unavailable, provider.ScopeOffer},
 		{"throttled", 429, `{"detail":"Too many requests"}`, 9 * time.Second, provider.Transient, provider.ScopeOffer},
 		{"server", 500, `Internal Server Error`, 0, provider.Transient, provider.ScopeOffer},
 		{"gateway", 502, ``, 0, provider.Transient, provider.ScopeOffer},
-		{"not found", 404, `{"detail":"Pod not found"}`, 0, provider.Failed, provider.ScopeOffer},
-		{"teapot", 418, `{}`, 0, provider.Failed, provider.ScopeOffer},
+		{"cloudId gone", 404, `{"detail":"Not Found"}`, 0, provider.Unavailable, provider.ScopeOffer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			re := &rest.Error{Method: "POST", Path: "/pods/", Status: tc.status, Body: []byte(tc.body), RetryAfter: tc.after}
@@ -48,6 +52,26 @@ func TestClassify(t *testing.T) {
 				t.Fatalf("%v does not wrap the API error", pe)
 			}
 		})
+	}
+}
+
+// TestClassifyOutsideCreate: away from create a 400 is still the request's
+// fault and a 404 is not a stockout.
+func TestClassifyOutsideCreate(t *testing.T) {
+	for _, tc := range []struct {
+		op     string
+		status int
+		body   string
+		kind   provider.ErrorKind
+	}{
+		{"prepare", 400, `{"detail":"Invalid public key"}`, provider.InvalidRequest},
+		{"diagnose", 404, `{"detail":"Pod not found"}`, provider.Failed},
+		{"delete", 418, `{}`, provider.Failed},
+	} {
+		re := &rest.Error{Status: tc.status, Body: []byte(tc.body)}
+		if pe := classifyAPI("primeintellect", tc.op, parseError(re)); pe.Kind != tc.kind {
+			t.Errorf("%s %d: %s, want %s", tc.op, tc.status, pe.Kind, tc.kind)
+		}
 	}
 }
 

@@ -3,10 +3,12 @@ package primeintellect
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,8 +41,9 @@ type Config struct {
 	// Security limits offers to "secure_cloud" or "community_cloud"; empty
 	// means both.
 	Security string
-	// Image is the environment image (default "ubuntu_22_cuda_12"); an offer
-	// whose images do not include it is skipped.
+	// Image is the environment image (default "ubuntu_22_cuda_12"), one of
+	// Images: Prime pods take a named environment, not a container image
+	// reference. An offer whose images do not include it is skipped.
 	Image string
 	// DiskGB is the disk to ask for; zero means the offer's default.
 	DiskGB int
@@ -158,7 +161,37 @@ func WithHTTP(baseURL string, hc *http.Client) Option {
 	return func(p *Provider) { p.cfg.BaseURL, p.hc = baseURL, hc }
 }
 
-// New returns the provider of cfg. A missing API key is an error.
+// DefaultImage is the environment image pods get when none is configured
+// (the default of PodRequestConfig.image in Prime's OpenAPI document).
+const DefaultImage = "ubuntu_22_cuda_12"
+
+// Images are the environment images a pod can be created with: the enum
+// EnvironmentTypeEnum of pod.image in Prime Intellect's compute API OpenAPI
+// document (0.1.0; api-evangelist/prime-intellect
+// openapi/_original/prime-intellect-compute-api-openapi.yml, 2026-08-03),
+// less "custom_template", which needs a customTemplateId the adapter does
+// not send. Prime answers anything else with a 422 that would abort the
+// whole launch.
+var Images = []string{
+	"ubuntu_22_cuda_12", "cuda_12_1_pytorch_2_2", "cuda_11_8_pytorch_2_1", "cuda_12_1_pytorch_2_3",
+	"cuda_12_1_pytorch_2_4", "cuda_12_4_pytorch_2_4", "cuda_12_4_pytorch_2_5", "cuda_12_4_pytorch_2_6",
+	"cuda_12_6_pytorch_2_7", "stable_diffusion", "axolotl", "bittensor", "hivemind", "petals_llama",
+	"vllm_llama_8b", "vllm_llama_70b", "vllm_llama_405b", "flux", "prime_rl",
+}
+
+// ErrImage is wrapped by the error for an image that is not one of Images.
+var ErrImage = errors.New("not a Prime Intellect environment image")
+
+func checkImage(image string) error {
+	if slices.Contains(Images, image) {
+		return nil
+	}
+	return fmt.Errorf("%q is %w: Prime pods take one of %s (a container image reference is not accepted)",
+		image, ErrImage, strings.Join(Images, ", "))
+}
+
+// New returns the provider of cfg. A missing API key, or an Image that is
+// not one of Images, is an error.
 func New(cfg Config, opts ...Option) (*Provider, error) {
 	p := &Provider{name: ID, cfg: cfg}
 	for _, o := range opts {
@@ -180,7 +213,10 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 		return nil, fmt.Errorf("primeintellect: base_url %q is not an http(s) URL", p.cfg.BaseURL)
 	}
 	if p.cfg.Image == "" {
-		p.cfg.Image = "ubuntu_22_cuda_12"
+		p.cfg.Image = DefaultImage
+	}
+	if err := checkImage(p.cfg.Image); err != nil {
+		return nil, fmt.Errorf("primeintellect: image: %w", err)
 	}
 	p.api = rest.New(p.cfg.BaseURL, p.cfg.APIKey, p.hc, p.cfg.RequestTimeout)
 	return p, nil

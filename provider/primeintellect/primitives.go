@@ -131,6 +131,15 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 	if len(spec.AuthorizedKeys) == 0 {
 		return nil, provider.Errorf(provider.InvalidRequest, p.name, "prepare", "the spec has no authorized key to install on the pod")
 	}
+	// The request's image reaches the adapter only here (Plan does not see
+	// it). One Prime cannot take is Unavailable: this cloud is not viable
+	// for the request, another may be (a container image suits RunPod), and
+	// nothing has been created yet.
+	if spec.Image != "" {
+		if err := checkImage(spec.Image); err != nil {
+			return nil, provider.Errorf(provider.Unavailable, p.name, "prepare", "image %w", err)
+		}
+	}
 	name := PodName(spec.VM, p.installation)
 	public := strings.TrimSpace(spec.AuthorizedKeys[0])
 	keys, err := p.listKeys(ctx, "prepare")

@@ -171,6 +171,22 @@ func (a *API) Register(mt *httpmock.MockTransport, base string) {
 	}
 }
 
+// Images is the enum EnvironmentTypeEnum of pod.image in Prime's OpenAPI
+// document (compute API 0.1.0): the mock refuses any other image with 422.
+var Images = []string{
+	"ubuntu_22_cuda_12", "cuda_12_1_pytorch_2_2", "cuda_11_8_pytorch_2_1", "cuda_12_1_pytorch_2_3",
+	"cuda_12_1_pytorch_2_4", "cuda_12_4_pytorch_2_4", "cuda_12_4_pytorch_2_5", "cuda_12_4_pytorch_2_6",
+	"cuda_12_6_pytorch_2_7", "stable_diffusion", "axolotl", "bittensor", "hivemind", "petals_llama",
+	"vllm_llama_8b", "vllm_llama_70b", "vllm_llama_405b", "custom_template", "flux", "prime_rl",
+}
+
+// invalid is the documented 422 "Invalid request data": an ErrorResponse,
+// {"errors": [{"param", "details"}]}.
+func invalid(param, details string) *http.Response {
+	b, _ := json.Marshal(map[string]any{"errors": []map[string]string{{"param": param, "details": details}}})
+	return raw(422, string(b), "")
+}
+
 func raw(status int, body, retryAfter string) *http.Response {
 	resp := httpmock.NewStringResponse(status, body)
 	resp.Header.Set("Content-Type", "application/json")
@@ -224,7 +240,7 @@ func (a *API) route(r *http.Request, path string, body []byte) *http.Response {
 	case r.Method == http.MethodPost && path == "/ssh_keys/":
 		var in map[string]string
 		if json.Unmarshal(body, &in) != nil || in["name"] == "" || in["publicKey"] == "" {
-			return raw(422, `{"detail":[{"loc":["body","publicKey"],"msg":"field required"}]}`, "")
+			return invalid("publicKey", "field required")
 		}
 		a.seq++
 		id := fmt.Sprintf("key-%d", a.seq)
@@ -332,14 +348,17 @@ func wire(p *Pod) map[string]any {
 func (a *API) create(body []byte) *http.Response {
 	var in struct {
 		Pod struct {
-			Name, CloudID, GPUType, Socket, SSHKeyID string
-			GPUCount                                 int
-			EnvVars                                  []map[string]string
+			Name, CloudID, GPUType, Socket, SSHKeyID, Image string
+			GPUCount                                        int
+			EnvVars                                         []map[string]string
 		}
 		Provider struct{ Type string }
 	}
 	if err := json.Unmarshal(body, &in); err != nil || in.Pod.CloudID == "" || in.Pod.GPUType == "" || in.Pod.GPUCount == 0 || in.Provider.Type == "" {
-		return raw(422, `{"detail":[{"loc":["body","pod"],"msg":"field required"}]}`, "")
+		return invalid("pod", "field required")
+	}
+	if in.Pod.Image != "" && !slices.Contains(Images, in.Pod.Image) {
+		return invalid("pod.image", "Input should be one of the EnvironmentTypeEnum values")
 	}
 	if _, ok := a.keys[in.Pod.SSHKeyID]; !ok {
 		return raw(400, `{"detail":"SSH key not found"}`, "")
