@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,19 +31,68 @@ type PlanResult struct {
 	Blocked map[string]journal.Block
 	// Errors are the providers whose Plan failed; they were skipped.
 	Errors map[string]error
+	// Explanation says, when Offers is empty, which filter of the request
+	// removed the last offers: how many offers of the GPU×count the
+	// configured providers have, how many are left after each filter the
+	// request sets (provider, region, spot, GPU memory, price cap), and for
+	// the filter that left none what was there (the cheapest price under a
+	// cap, the regions offered, ...). Empty when there are offers.
+	Explanation string
 
 	blocks map[string]journal.Block // every active block, by key
+	now    time.Time                // when the blocks were read
 }
 
+// maxBlockedShown bounds the blocked offers an error lists.
+const maxBlockedShown = 3
+
+// errorSummary is what an error about this plan adds after its counts: why
+// it is empty, which offers are blocked until when, and which providers'
+// Plan failed. It starts with "; " unless empty.
 func (r *PlanResult) errorSummary() string {
-	if len(r.Errors) == 0 {
+	var parts []string
+	if r.Explanation != "" {
+		parts = append(parts, r.Explanation)
+	}
+	if len(r.Blocked) > 0 {
+		var bs []string
+		for _, o := range r.Offers {
+			b, ok := r.Blocked[o.Key()]
+			if !ok {
+				continue
+			}
+			if len(bs) == maxBlockedShown {
+				bs = append(bs, fmt.Sprintf("%d more", len(r.Blocked)-maxBlockedShown))
+				break
+			}
+			bs = append(bs, fmt.Sprintf("%s %s %s until %s (%s, %s left)", o.Provider, o.Location, o.InstanceType,
+				b.Until.UTC().Format("15:04:05Z"), b.ErrorKind, b.Until.Sub(r.now).Round(time.Second)))
+		}
+		parts = append(parts, "blocked: "+strings.Join(bs, ", "))
+	}
+	if len(r.Errors) > 0 {
+		var es []string
+		for _, name := range slices.Sorted(maps.Keys(r.Errors)) {
+			es = append(es, fmt.Sprintf("%s: %v", name, r.Errors[name]))
+		}
+		parts = append(parts, "plan failed on "+strings.Join(es, "; "))
+	}
+	if len(parts) == 0 {
 		return ""
 	}
-	var parts []string
-	for _, name := range slices.Sorted(maps.Keys(r.Errors)) {
-		parts = append(parts, fmt.Sprintf("%s: %v", name, r.Errors[name]))
+	return "; " + strings.Join(parts, "; ")
+}
+
+// usd prints a price as a user reads it: cents as usual ($2.50), and every
+// digit a smaller or finer price has, up to a millionth ($0.0001, $2.4575),
+// so that a cap never prints as "$0.00".
+func usd(p float64) string {
+	s := strconv.FormatFloat(math.Round(p*1e6)/1e6, 'f', -1, 64)
+	whole, frac, _ := strings.Cut(s, ".")
+	for len(frac) < 2 {
+		frac += "0"
 	}
-	return "; plan failed on " + strings.Join(parts, "; ")
+	return "$" + whole + "." + frac
 }
 
 // Plan validates req and returns the offers every configured provider has
@@ -75,6 +126,7 @@ type planCache struct {
 type planEntry struct {
 	offers []provider.Offer
 	errs   map[string]error
+	why    string // PlanResult.Explanation
 	at     time.Time
 }
 
@@ -118,7 +170,8 @@ func (p *Provisioner) plan(ctx context.Context, req *Request) (*PlanResult, erro
 	if err != nil {
 		return nil, &journalError{err}
 	}
-	res := &PlanResult{Offers: entry.offers, Errors: entry.errs, Blocked: map[string]journal.Block{}, blocks: map[string]journal.Block{}}
+	res := &PlanResult{Offers: entry.offers, Errors: entry.errs, Explanation: entry.why,
+		Blocked: map[string]journal.Block{}, blocks: map[string]journal.Block{}, now: p.clock.Now()}
 	for _, b := range blocks {
 		res.blocks[b.Key] = b
 	}
@@ -154,6 +207,18 @@ func (c *planCache) put(key string, e planEntry) {
 
 func (p *Provisioner) planOnce(ctx context.Context, req *Request, names []string) planEntry {
 	rr := req.resources()
+	offers, errs := p.planProviders(ctx, rr, names)
+	e := planEntry{offers: offers, errs: errs, at: p.clock.Now()}
+	if len(offers) == 0 && len(errs) < len(names) {
+		e.why = p.explainEmpty(ctx, req)
+	}
+	return e
+}
+
+// planProviders asks the named providers for offers in parallel (retrying
+// Transient errors) and returns those rr accepts, cheapest first, and the
+// providers whose Plan failed.
+func (p *Provisioner) planProviders(ctx context.Context, rr *provider.ResourceRequest, names []string) ([]provider.Offer, map[string]error) {
 	var (
 		mu     sync.Mutex
 		offers []provider.Offer
@@ -201,7 +266,102 @@ func (p *Provisioner) planOnce(ctx context.Context, req *Request, names []string
 		}
 		return offers[i].Key() < offers[j].Key()
 	})
-	return planEntry{offers: offers, errs: errs, at: p.clock.Now()}
+	return offers, errs
+}
+
+// explainEmpty says which filter of req left no offer. It plans once more
+// with the GPU and count alone, on every configured provider, then applies
+// the request's filters one by one, counting what each leaves. It runs only
+// for an empty plan, so a working launch pays nothing for it.
+func (p *Provisioner) explainEmpty(ctx context.Context, req *Request) string {
+	what := fmt.Sprintf("%s×%d", req.GPU, req.GPUCount)
+	all, errs := p.planProviders(ctx, &provider.ResourceRequest{GPU: req.GPU, GPUCount: req.GPUCount, Spot: provider.SpotOrOnDemand}, p.Providers())
+	failed := ""
+	if len(errs) > 0 {
+		failed = fmt.Sprintf(" (not counting %s, whose Plan failed)", strings.Join(slices.Sorted(maps.Keys(errs)), ", "))
+	}
+	if len(all) == 0 {
+		return fmt.Sprintf("no configured provider offers %s in any region%s", what, failed)
+	}
+	type filter struct {
+		label string                     // what is left: "in regions x"
+		keep  func(*provider.Offer) bool // whether an offer passes
+		none  func([]provider.Offer) string
+	}
+	var filters []filter
+	if len(req.Providers) > 0 {
+		filters = append(filters, filter{"on providers " + strings.Join(req.Providers, ", "),
+			func(o *provider.Offer) bool { return slices.Contains(req.Providers, o.Provider) },
+			func(left []provider.Offer) string {
+				return "they are on " + distinct(left, func(o *provider.Offer) string { return o.Provider })
+			}})
+	}
+	if len(req.Regions) > 0 {
+		filters = append(filters, filter{"in regions " + strings.Join(req.Regions, ", "),
+			func(o *provider.Offer) bool { return slices.Contains(req.Regions, o.Location.Region) },
+			func(left []provider.Offer) string {
+				return "they are in " + distinct(left, func(o *provider.Offer) string { return o.Location.Region })
+			}})
+	}
+	switch req.Spot {
+	case provider.OnDemand:
+		filters = append(filters, filter{"on-demand", func(o *provider.Offer) bool { return !o.Spot },
+			func([]provider.Offer) string { return "only spot capacity is offered" }})
+	case provider.SpotOnly:
+		filters = append(filters, filter{"spot", func(o *provider.Offer) bool { return o.Spot },
+			func([]provider.Offer) string { return "only on-demand capacity is offered" }})
+	}
+	if req.MinGPUMemoryGB > 0 {
+		filters = append(filters, filter{fmt.Sprintf("with %d GB or more per GPU", req.MinGPUMemoryGB),
+			func(o *provider.Offer) bool { return o.GPUMemoryGB >= req.MinGPUMemoryGB },
+			func(left []provider.Offer) string {
+				most := 0
+				for _, o := range left {
+					most = max(most, o.GPUMemoryGB)
+				}
+				return fmt.Sprintf("the most offered is %d GB", most)
+			}})
+	}
+	if req.MaxPricePerHour > 0 {
+		filters = append(filters, filter{"under " + usd(req.MaxPricePerHour) + "/h",
+			func(o *provider.Offer) bool { return o.PricePerHour <= req.MaxPricePerHour },
+			func(left []provider.Offer) string {
+				c := left[0] // planProviders sorts cheapest first
+				return fmt.Sprintf("the cheapest is %s/h (%s %s %s)", usd(c.PricePerHour), c.Provider, c.Location, c.InstanceType)
+			}})
+	}
+	steps := []string{fmt.Sprintf("%d offers of %s on the configured providers%s", len(all), what, failed)}
+	left := all
+	for _, f := range filters {
+		var kept []provider.Offer
+		for i := range left {
+			if f.keep(&left[i]) {
+				kept = append(kept, left[i])
+			}
+		}
+		if len(kept) == 0 {
+			steps = append(steps, fmt.Sprintf("none %s: %s", f.label, f.none(left)))
+			return "no offer passes the request's filters: " + strings.Join(steps, ", ")
+		}
+		steps = append(steps, fmt.Sprintf("%d %s", len(kept), f.label))
+		left = kept
+	}
+	// Every filter the core knows leaves offers: the providers applied
+	// something more (an adapter's own refinement) or changed their answer.
+	return strings.Join(steps, ", ") + ", yet the providers offered none for the whole request"
+}
+
+// distinct lists the distinct values of key over offers, sorted, at most five.
+func distinct(offers []provider.Offer, key func(*provider.Offer) string) string {
+	set := map[string]bool{}
+	for i := range offers {
+		set[key(&offers[i])] = true
+	}
+	vals := slices.Sorted(maps.Keys(set))
+	if len(vals) > 5 {
+		return strings.Join(vals[:5], ", ") + fmt.Sprintf(" and %d more", len(vals)-5)
+	}
+	return strings.Join(vals, ", ")
 }
 
 // blocksTTL is how long this process reuses a read of the blocklist. Its own
