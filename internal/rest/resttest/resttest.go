@@ -13,8 +13,10 @@
 package resttest
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -108,4 +110,38 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(EchoHeader, r.Header.Get("Authorization"))
 	w.WriteHeader(status)
 	_, _ = w.Write(s.body(status, Echoed(r)))
+}
+
+// NoLeak fails t for each call that returns nil, or an error whose text
+// holds a form of key. With echoed set it also fails a call whose error
+// does not show the masked echo ("[REDACTED]"): the proof that the echoing
+// answer reached the text and was masked rather than dropped.
+func NoLeak(t testing.TB, key string, echoed bool, calls map[string]func() error) {
+	t.Helper()
+	for name, call := range calls {
+		err := call()
+		if err == nil {
+			t.Errorf("%s: no error from the echoing server", name)
+			continue
+		}
+		if f := Leaks(err.Error(), key); len(f) > 0 {
+			t.Errorf("%s: the error holds the key as %q: %v", name, f, err)
+		}
+		if echoed && !strings.Contains(err.Error(), "[REDACTED]") {
+			t.Errorf("%s: the error does not show the masked echo: %v", name, err)
+		}
+	}
+}
+
+// EchoResponse is the answer an echoing gateway gives r: status, the body
+// body makes of it and Echoed(r), and the Authorization header repeated in
+// EchoHeader. For tests that route only some requests of an adapter to the
+// echo through their own http.RoundTripper.
+func EchoResponse(r *http.Request, status int, body func(status int, echoed string) []byte) *http.Response {
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set(EchoHeader, r.Header.Get("Authorization"))
+	b := body(status, Echoed(r))
+	return &http.Response{StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)), Header: h,
+		Body: io.NopCloser(bytes.NewReader(b)), ContentLength: int64(len(b)), Request: r, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
 }
