@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,4 +152,3 @@ func TestJournalNeverHoldsTheKey(t *testing.T) {
 		})
 	}
 }
-

@@ -40,9 +40,12 @@ func TestErrorsNeverCarryTheKey(t *testing.T) {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			srv.SetStatus(status)
 			resttest.NoLeak(t, leakyKey, true, map[string]func() error{
-				"plan":     func() error { req := h100; _, err := p.Plan(ctx, &req); return err },
-				"prepare":  func() error { _, err := p.Prepare(ctx, &offer, spec("train")); return err },
-				"create":   func() error { _, err := p.Create(ctx, &offer, json.RawMessage(`{"sshKeyId":"k"}`), spec("train")); return err },
+				"plan":    func() error { req := h100; _, err := p.Plan(ctx, &req); return err },
+				"prepare": func() error { _, err := p.Prepare(ctx, &offer, spec("train")); return err },
+				"create": func() error {
+					_, err := p.Create(ctx, &offer, json.RawMessage(`{"sshKeyId":"k"}`), spec("train"))
+					return err
+				},
 				"observe":  func() error { _, err := p.Observe(ctx, loc, "train"); return err },
 				"list":     func() error { _, err := p.List(ctx, loc); return err },
 				"delete":   func() error { return p.Delete(ctx, loc, "train", []string{"pod0123"}) },
