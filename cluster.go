@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/org/gpuprov/journal"
 )
 
-// EvClusterServer marks the node that became its cluster's server.
+// EvClusterServer marks the node elected its cluster's server, journaled
+// before it is asked to serve.
 const EvClusterServer = "cluster-server"
 
 // ClusterRequest asks for a cluster of Nodes VMs named <Name>-0 … <Name>-(N-1).
@@ -111,10 +113,12 @@ func (p *Provisioner) LaunchCluster(ctx context.Context, req ClusterRequest) (*C
 
 // coordinator elects the cluster's server: the first node to reach the join
 // phase serves; the others wait for it and join. If serving fails, the next
-// node to get there tries.
+// node to get there tries. A coordinator of a resumed cluster (resumed set)
+// first looks in the journal for the server elected before the crash.
 type coordinator struct {
 	p       *Provisioner
 	cluster string
+	resumed bool
 
 	mu       sync.Mutex
 	server   *JoinInfo
@@ -122,33 +126,57 @@ type coordinator struct {
 	changed  chan struct{} // closed and replaced on every change
 }
 
+// serverPoll is how often a resumed node waiting for a server that another
+// process drives looks at the journal again.
+const serverPoll = 5 * time.Second
+
 func (co *coordinator) join(ctx context.Context, n Node, c Conn) error {
 	for {
 		co.mu.Lock()
 		if co.server != nil {
 			info := *co.server
 			co.mu.Unlock()
+			if info.Server.VM == n.VM {
+				// The server itself, resumed after its election.
+				_, err := co.p.joiner.Serve(ctx, n, c)
+				return err
+			}
 			return co.p.joiner.Join(ctx, info, n, c)
 		}
 		if !co.electing {
 			co.electing = true
 			co.mu.Unlock()
-			info, err := co.p.joiner.Serve(ctx, n, c)
-			if err == nil {
-				info.Server = n
-				err = co.p.j.Commit(context.WithoutCancel(ctx), &journal.Step{Events: []journal.Event{{
-					Time: co.p.clock.Now(), VM: n.VM, Type: EvClusterServer, Owner: co.p.owner,
-					Message: "server of cluster " + co.cluster}}})
-			}
+			info, wait, err := co.elect(ctx, n, c)
 			co.mu.Lock()
 			co.electing = false
-			if err == nil {
+			if err == nil && !wait {
 				co.server = &info
 			}
 			close(co.changed)
 			co.changed = make(chan struct{})
 			co.mu.Unlock()
-			return err
+			switch {
+			case err != nil:
+				return err
+			case !wait && info.Server.VM == n.VM:
+				return nil // this node serves
+			case !wait:
+				return co.p.joiner.Join(ctx, info, n, c)
+			}
+			// The elected server is still being resumed: wait for it.
+			co.mu.Lock()
+			ch := co.changed
+			co.mu.Unlock()
+			t := co.p.clock.NewTimer(serverPoll)
+			select {
+			case <-ch:
+			case <-t.C():
+			case <-ctx.Done():
+				t.Stop()
+				return context.Cause(ctx)
+			}
+			t.Stop()
+			continue
 		}
 		ch := co.changed
 		co.mu.Unlock()
@@ -160,51 +188,96 @@ func (co *coordinator) join(ctx context.Context, n Node, c Conn) error {
 	}
 }
 
-// recoveredJoin is the join phase of a node resumed by Recover: it finds the
-// cluster's server from the journal and asks it again (Serve is idempotent)
-// for what agents need; if no server was elected, this node serves.
-func (p *Provisioner) recoveredJoin(cluster, self string) func(context.Context, Node, Conn) error {
-	return func(ctx context.Context, n Node, c Conn) error {
-		nodes, err := p.j.ListVMs(ctx, journal.ListOptions{Cluster: cluster})
-		if err != nil {
-			return err
-		}
-		for _, v := range nodes {
-			evs, err := p.j.Events(ctx, journal.EventQuery{VM: v.Name})
+// elect finds or makes the cluster's server for node n. In a resumed
+// cluster the server elected before the crash keeps its role: if it is
+// ready, elect asks it again (Serve is idempotent) for what agents need; if
+// it is still being resumed, wait is true. Otherwise n serves.
+func (co *coordinator) elect(ctx context.Context, n Node, c Conn) (info JoinInfo, wait bool, err error) {
+	if co.resumed {
+		v, found, err := co.p.electedServer(ctx, co.cluster)
+		switch {
+		case err != nil:
+			return JoinInfo{}, false, err
+		case found && v.Name != n.VM && v.State == journal.StateReady:
+			d, err := co.p.newDriver(v)
 			if err != nil {
-				return err
-			}
-			isServer := false
-			for _, e := range evs {
-				if e.Type == EvClusterServer && !e.Time.Before(v.CreatedAt) {
-					isServer = true
-				}
-			}
-			if !isServer || v.State != journal.StateReady && v.Name != self {
-				continue
-			}
-			if v.Name == self {
-				_, err := p.joiner.Serve(ctx, n, c)
-				return err
-			}
-			d, err := p.newDriver(v)
-			if err != nil {
-				return err
+				return JoinInfo{}, false, err
 			}
 			sn := d.node()
-			sc, err := p.connector.Connect(ctx, sn)
+			sc, err := co.p.connector.Connect(ctx, sn)
 			if err != nil {
-				return fmt.Errorf("reaching server %s: %w", v.Name, err)
+				return JoinInfo{}, false, fmt.Errorf("reaching server %s of cluster %s: %w", v.Name, co.cluster, err)
 			}
 			defer sc.Close()
-			info, err := p.joiner.Serve(ctx, sn, sc)
+			info, err := co.p.joiner.Serve(ctx, sn, sc)
 			if err != nil {
-				return fmt.Errorf("asking server %s: %w", v.Name, err)
+				return JoinInfo{}, false, fmt.Errorf("asking server %s of cluster %s: %w", v.Name, co.cluster, err)
 			}
 			info.Server = sn
-			return p.joiner.Join(ctx, info, n, c)
+			return info, false, nil
+		case found && v.Name != n.VM && v.State.Active():
+			return JoinInfo{}, true, nil
 		}
-		co := &coordinator{p: p, cluster: cluster, changed: make(chan struct{})}
-		return co.join(ctx, n, c)
 	}
+	// The election is journaled before Serve touches the machine, so that
+	// after a crash mid-Serve the node that may already run a server keeps
+	// the role instead of a second node serving too.
+	if err := co.p.j.Commit(context.WithoutCancel(ctx), &journal.Step{Events: []journal.Event{{
+		Time: co.p.clock.Now(), VM: n.VM, Type: EvClusterServer, Owner: co.p.owner,
+		Message: "server of cluster " + co.cluster}}}); err != nil {
+		return JoinInfo{}, false, err
+	}
+	info, err = co.p.joiner.Serve(ctx, n, c)
+	if err != nil {
+		return JoinInfo{}, false, err
+	}
+	info.Server = n
+	return info, false, nil
+}
+
+// electedServer returns the node of cluster that was elected its server
+// (the newest election of a node's current incarnation), if any.
+func (p *Provisioner) electedServer(ctx context.Context, cluster string) (journal.VM, bool, error) {
+	nodes, err := p.j.ListVMs(ctx, journal.ListOptions{Cluster: cluster})
+	if err != nil {
+		return journal.VM{}, false, err
+	}
+	var best journal.VM
+	var bestAt time.Time
+	for _, v := range nodes {
+		evs, err := p.j.Events(ctx, journal.EventQuery{VM: v.Name})
+		if err != nil {
+			return journal.VM{}, false, err
+		}
+		for _, e := range evs {
+			if e.Type == EvClusterServer && !e.Time.Before(v.CreatedAt) && e.Time.After(bestAt) {
+				best, bestAt = v, e.Time
+			}
+		}
+	}
+	return best, !bestAt.IsZero(), nil
+}
+
+// resumedClusters hands out one coordinator per cluster to the nodes one
+// Recover call resumes, so they elect one server between them.
+type resumedClusters struct {
+	p  *Provisioner
+	mu sync.Mutex
+	m  map[string]*coordinator
+}
+
+// join is the join phase of a resumed node of cluster; the server elected
+// before the crash keeps its role.
+func (rc *resumedClusters) join(cluster string) func(context.Context, Node, Conn) error {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.m == nil {
+		rc.m = map[string]*coordinator{}
+	}
+	co := rc.m[cluster]
+	if co == nil {
+		co = &coordinator{p: rc.p, cluster: cluster, resumed: true, changed: make(chan struct{})}
+		rc.m[cluster] = co
+	}
+	return co.join
 }

@@ -54,8 +54,10 @@ type driver struct {
 	hostKeys map[int]*provider.HostKey
 	conn     Conn
 	join     func(ctx context.Context, n Node, c Conn) error // cluster nodes only
-	released bool                                            // the last write freed the lease
-	seen     time.Time                                       // when the last observation used started
+	// joinCluster says the VM must serve or join its cluster to be ready.
+	joinCluster bool
+	released    bool      // the last write freed the lease
+	seen        time.Time // when the last observation used started
 	// pending is a write that may wait for the driver's next one: the
 	// confirmation that an attempt is torn down, which no cloud mutation
 	// depends on. Joining it to the next attempt's first write saves an
@@ -64,10 +66,31 @@ type driver struct {
 	pending *journal.Step
 }
 
+// journaledRequest is a Request as the journal keeps it, with what resuming
+// the VM needs to know besides.
+type journaledRequest struct {
+	Request
+	// JoinCluster says whether the VM is a node of a cluster that a Joiner
+	// forms: such a node is ready only once it serves or has joined its
+	// cluster, also when Recover finishes it. Absent (nil) in journals
+	// written before it existed.
+	JoinCluster *bool `json:"join_cluster,omitempty"`
+}
+
 func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {
 	d := &driver{p: p, row: row, tried: map[string]bool{}, hostKeys: map[int]*provider.HostKey{}}
-	if err := json.Unmarshal(row.Request, &d.req); err != nil {
+	var jr journaledRequest
+	if err := json.Unmarshal(row.Request, &jr); err != nil {
 		return nil, fmt.Errorf("gpuprov: VM %s: journaled request does not parse: %w", row.Name, err)
+	}
+	d.req = jr.Request
+	if row.Cluster != "" {
+		// Journals from before JoinCluster: a node joins when this process
+		// can form clusters.
+		d.joinCluster = p.joiner != nil
+		if jr.JoinCluster != nil {
+			d.joinCluster = *jr.JoinCluster
+		}
 	}
 	return d, nil
 }

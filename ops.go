@@ -25,7 +25,11 @@ func (p *Provisioner) launch(ctx context.Context, req Request, cluster string, j
 	if err := req.normalize(p.providerSet()); err != nil {
 		return nil, err
 	}
-	raw, err := json.Marshal(req)
+	jr := journaledRequest{Request: req}
+	if cluster != "" {
+		jr.JoinCluster = new(join != nil)
+	}
+	raw, err := json.Marshal(jr)
 	if err != nil {
 		return nil, fmt.Errorf("gpuprov: encoding request: %w", err)
 	}

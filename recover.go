@@ -28,8 +28,13 @@ type RecoverReport struct {
 // provisioning, deleting) whose lease is free, expired, or held by a process
 // on this host that is gone, and drives it from its last journaled phase:
 // a create is observed and adopted or sent again, a boot is waited for with
-// what is left of the deadline, a teardown is finished. It returns when every
-// VM it took has ended. VMs driven by live processes are left alone.
+// what is left of the deadline, a teardown is finished. A node of a cluster
+// that a Joiner forms is resumed through its join, whatever phase it was in:
+// the server elected before the crash keeps its role, and the nodes of one
+// cluster resumed together elect one server between them; without
+// WithJoiner such nodes are skipped (RecoverReport.Skipped says why), never
+// called ready outside their cluster. It returns when every VM it took has
+// ended. VMs driven by live processes are left alone.
 func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 	rows, err := p.j.ListVMs(ctx, journal.ListOptions{States: []journal.VMState{
 		journal.StatePending, journal.StateProvisioning, journal.StateDeleting}})
@@ -45,6 +50,8 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 		// commits; a bound keeps a 10,000-VM journal from opening 10,000
 		// transactions at once.
 		sem = make(chan struct{}, 64)
+		// The nodes of one cluster resumed here share its coordinator.
+		clusters = &resumedClusters{p: p}
 	)
 	skip := func(name, why string) { mu.Lock(); rep.Skipped[name] = why; mu.Unlock() }
 	done := func(name string, err error) { mu.Lock(); rep.Resumed[name] = err; mu.Unlock() }
@@ -87,14 +94,22 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 				p.release(r.Name, true) // not ours to drive after all
 				return
 			}
+			if d.joinCluster && row.State != journal.StateDeleting {
+				if p.joiner == nil {
+					// Finishing it without joining would call a machine
+					// ready that is not in its cluster; a process that
+					// can form clusters takes it.
+					p.release(r.Name, true)
+					skip(r.Name, fmt.Sprintf("node of cluster %s, which a Joiner forms: recover with WithJoiner", row.Cluster))
+					return
+				}
+				d.join = clusters.join(row.Cluster)
+			}
 			if err := d.commit(ctx, &journal.Step{Update: &d.row, Events: []journal.Event{{Type: EvRecovered,
 				Phase: row.Phase, Attempt: row.Attempt, Message: fmt.Sprintf("taken over from %q in state %s", r.Owner, row.State)}}}); err != nil {
 				p.release(r.Name, true)
 				done(row.Name, err)
 				return
-			}
-			if row.Cluster != "" && p.joiner != nil && row.Phase == PhaseJoin {
-				d.join = p.recoveredJoin(row.Cluster, row.Name)
 			}
 			held = false
 			<-sem // taken over: the long drive does not hold a slot

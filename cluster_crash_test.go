@@ -1,0 +1,151 @@
+package gpuprov_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/provider"
+	pt "github.com/org/gpuprov/provider/providertest"
+)
+
+// runClusterCrash launches a 3-node cluster with a journal that dies after
+// k writes, recovers with a new Provisioner on the same file, and checks
+// that every node ended either ready and in the cluster (one server, the
+// others joined to it) or cleanly failed, with nothing leaked.
+func runClusterCrash(t *testing.T, k int) (writes int, crashed bool) {
+	clk := clock.NewFake(t0)
+	stop := clk.AutoAdvance()
+	defer stop()
+	fakes := standardFakes(clk)
+	a := fakes[0]
+	a.BootTime, a.DeleteTime = 20*time.Second, 10*time.Second
+	// Node 2's first offer is out of stock: a failover inside the cluster.
+	a.Script(&pt.Rule{Op: pt.OpCreate, Match: func(c *pt.Call) bool { return c.VM == "gpu-2" }, Err: pe(provider.Capacity, "none"), Times: 1})
+	e := newEnvWith(t, clk, fakes)
+	e.p.Close()
+
+	// The machines outlive the process: one fakeNodes for both.
+	fn := newFakeNodes()
+	nodeOpts := []gpuprov.Option{gpuprov.WithConnector(fn), gpuprov.WithBootstrapper(fn), gpuprov.WithJoiner(fn)}
+	cj := &crashJournal{Journal: e.j, left: k}
+	p1 := e.provisioner(cj, nodeOpts...)
+	_, err := p1.LaunchCluster(context.Background(), gpuprov.ClusterRequest{Name: "gpu", Nodes: 3, Node: h100("")})
+	cj.mu.Lock()
+	crashed, writes = cj.crashed, cj.writes
+	cj.mu.Unlock()
+	p1.Close()
+	if !crashed {
+		if err != nil {
+			t.Fatalf("uncrashed cluster launch: %v", err)
+		}
+		return writes, false
+	}
+
+	clk.Advance(2 * time.Minute)
+	db2, err := sqlite.Open(context.Background(), e.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	e.j = db2
+	rep, err := e.provisioner(db2, nodeOpts...).Recover(context.Background())
+	if err != nil {
+		t.Fatalf("k=%d: recover: %v", k, err)
+	}
+	if len(rep.Skipped) != 0 {
+		t.Fatalf("k=%d: recover skipped %v", k, rep.Skipped)
+	}
+
+	fn.mu.Lock()
+	defer fn.mu.Unlock()
+	var ready []string
+	for i := range 3 {
+		name := fmt.Sprintf("gpu-%d", i)
+		if _, err := db2.GetVM(context.Background(), name); errors.Is(err, journal.ErrNotFound) {
+			continue // killed before this node was journaled
+		}
+		row := e.assertClean(name)
+		if row.State == journal.StateReady {
+			ready = append(ready, name)
+		}
+	}
+	servers := slices.Compact(slices.Sorted(slices.Values(fn.served)))
+	if len(ready) > 0 && len(servers) != 1 {
+		t.Fatalf("k=%d: servers %v (served %v) for ready nodes %v; want exactly one", k, servers, fn.served, ready)
+	}
+	for _, name := range ready {
+		if name == servers[0] {
+			continue
+		}
+		if got := fn.joined[name]; got != servers[0] {
+			t.Fatalf("k=%d: ready node %s joined %q, want the server %s (served %v, joined %v)", k, name, got, servers[0], fn.served, fn.joined)
+		}
+	}
+	if len(ready) > 0 && !slices.Contains(ready, servers[0]) {
+		t.Fatalf("k=%d: server %s is not ready, yet nodes %v are", k, servers[0], ready)
+	}
+	if rows, _ := db2.ListVMs(context.Background(), journal.ListOptions{Cluster: "gpu"}); len(rows) == 3 && len(ready) != 3 {
+		t.Fatalf("k=%d: only %v of 3 nodes ready after recovery", k, ready)
+	}
+	return writes, true
+}
+
+// TestClusterCrashAtEveryJournalWrite kills a 3-node LaunchCluster after
+// each journal write in turn and recovers: every node ends in its cluster
+// (nodes that had not reached the join phase too), with one server.
+func TestClusterCrashAtEveryJournalWrite(t *testing.T) {
+	total, crashed := runClusterCrash(t, -1)
+	if crashed {
+		t.Fatal("a run with an unlimited journal crashed")
+	}
+	if total < 15 {
+		t.Fatalf("the cluster launch makes only %d writes", total)
+	}
+	for k := range total {
+		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
+			if _, crashed := runClusterCrash(t, k); !crashed {
+				t.Fatalf("did not crash at write %d of %d", k+1, total)
+			}
+		})
+	}
+}
+
+// A node of a cluster that a Joiner forms is not finished by a Recover
+// without one: it is skipped with the reason, not called ready outside its
+// cluster.
+func TestRecoverWithoutJoinerSkipsClusterNodes(t *testing.T) {
+	clk := clock.NewFake(t0)
+	stop := clk.AutoAdvance()
+	defer stop()
+	fakes := standardFakes(clk)
+	fakes[0].BootTime = 20 * time.Second
+	e := newEnvWith(t, clk, fakes)
+	e.p.Close()
+	fn := newFakeNodes()
+	cj := &crashJournal{Journal: e.j, left: 4}
+	p1 := e.provisioner(cj, gpuprov.WithConnector(fn), gpuprov.WithJoiner(fn))
+	p1.LaunchCluster(context.Background(), gpuprov.ClusterRequest{Name: "pair", Nodes: 2, Node: h100("")})
+	p1.Close()
+	clk.Advance(2 * time.Minute)
+	rep, err := e.provisioner(e.j, gpuprov.WithConnector(fn)).Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Resumed) != 0 || len(rep.Skipped) == 0 {
+		t.Fatalf("recover without a joiner: %+v", rep)
+	}
+	for name, why := range rep.Skipped {
+		if row, _ := e.j.GetVM(context.Background(), name); row.State == journal.StateReady || !strings.Contains(why, "WithJoiner") {
+			t.Fatalf("%s: %s, skipped because %q", name, row.State, why)
+		}
+	}
+}
