@@ -118,7 +118,10 @@ func TestCapacityIsHTTP500AndNotRetried(t *testing.T) {
 	}
 }
 
-// Every documented error kind of RunInstances, each from one request.
+// Every documented error kind of RunInstances, each from one request that
+// the fake answers with the status EC2 documents for the code (Status 0)
+// or, for codes the table does not know, the status given. Nothing is
+// created by any of them.
 func TestCreateErrorKinds(t *testing.T) {
 	for _, tc := range []struct {
 		code   string
@@ -126,25 +129,33 @@ func TestCreateErrorKinds(t *testing.T) {
 		kind   provider.ErrorKind
 		scope  provider.Scope
 	}{
-		{"VcpuLimitExceeded", 400, provider.Quota, provider.ScopeRegion},
-		{"InstanceLimitExceeded", 400, provider.Quota, provider.ScopeRegion},
-		{"MaxSpotInstanceCountExceeded", 400, provider.Quota, provider.ScopeRegion},
-		{"InsufficientInstanceCapacity", 500, provider.Capacity, provider.ScopeOffer},
-		{"SpotMaxPriceTooLow", 400, provider.Capacity, provider.ScopeOffer},
-		{"RequestLimitExceeded", 503, provider.Transient, provider.ScopeOffer},
-		{"InternalError", 500, provider.Transient, provider.ScopeOffer},
-		{"Unsupported", 400, provider.Unavailable, provider.ScopeOffer},
-		{"OptInRequired", 401, provider.Unavailable, provider.ScopeRegion},
-		{"InvalidAMIID.NotFound", 400, provider.Unavailable, provider.ScopeOffer},
-		{"InvalidParameterValue", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"IdempotentParameterMismatch", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"AuthFailure", 401, provider.Credentials, provider.ScopeProvider},
-		{"UnauthorizedOperation", 403, provider.Credentials, provider.ScopeProvider},
-		{"IdempotentInstanceTerminated", 400, provider.Failed, provider.ScopeOffer},
+		{"VcpuLimitExceeded", 0, provider.Quota, provider.ScopeRegion},
+		{"InstanceLimitExceeded", 0, provider.Quota, provider.ScopeRegion},
+		{"MaxSpotInstanceCountExceeded", 0, provider.Quota, provider.ScopeRegion},
+		{"InsufficientInstanceCapacity", 0, provider.Capacity, provider.ScopeOffer},
+		{"InsufficientAddressCapacity", 0, provider.Capacity, provider.ScopeZone},
+		{"InsufficientReservedInstanceCapacity", 0, provider.Capacity, provider.ScopeZone},
+		{"SpotMaxPriceTooLow", 0, provider.Capacity, provider.ScopeOffer},
+		{"RequestLimitExceeded", 0, provider.Transient, provider.ScopeOffer},
+		{"InternalError", 0, provider.Transient, provider.ScopeOffer},
+		{"Unsupported", 0, provider.Unavailable, provider.ScopeZone},
+		{"InvalidInstanceType", 0, provider.Unavailable, provider.ScopeRegion},
+		{"InvalidInstanceType.NotFound", 0, provider.Unavailable, provider.ScopeRegion},
+		{"OptInRequired", 0, provider.Unavailable, provider.ScopeRegion},
+		{"InvalidAMIID.NotFound", 0, provider.Unavailable, provider.ScopeOffer},
+		{"InvalidParameterValue", 0, provider.InvalidRequest, provider.ScopeOffer},
+		{"IdempotentParameterMismatch", 0, provider.InvalidRequest, provider.ScopeOffer},
+		{"AuthFailure", 0, provider.Credentials, provider.ScopeProvider},
+		{"UnauthorizedOperation", 0, provider.Credentials, provider.ScopeProvider},
+		{"IdempotentInstanceTerminated", 0, provider.Failed, provider.ScopeOffer},
 		{"SomethingNew", 400, provider.Failed, provider.ScopeOffer},
 		{"SomethingNew", 502, provider.Transient, provider.ScopeOffer},
 	} {
-		t.Run(tc.code+"_"+http.StatusText(tc.status), func(t *testing.T) {
+		status := tc.status
+		if status == 0 {
+			status = documentedStatus(tc.code)
+		}
+		t.Run(tc.code+"_"+http.StatusText(status), func(t *testing.T) {
 			e := newEnv(t, awsConfig())
 			e.f.fail(&fakeRule{Action: "RunInstances", Code: tc.code, Status: tc.status})
 			ctx := context.Background()
@@ -159,10 +170,46 @@ func TestCreateErrorKinds(t *testing.T) {
 			if pe.Scope() != tc.scope || pe.Op != "create" || pe.Provider != "aws" {
 				t.Fatalf("scope %s op %q provider %q, want %s create aws", pe.Scope(), pe.Op, pe.Provider, tc.scope)
 			}
+			if aws.ErrorCode(err) != tc.code {
+				t.Fatalf("error code %q, want %q", aws.ErrorCode(err), tc.code)
+			}
 			if n := len(e.f.requests("RunInstances")); n != 1 {
 				t.Fatalf("%d RunInstances requests, want 1", n)
 			}
+			if live := e.f.live(); len(live) != 0 {
+				t.Fatalf("a refused create left %+v", live)
+			}
 		})
+	}
+}
+
+// A type the zone does not sell: EC2 answers Unsupported (HTTP 400) with
+// its message naming the zones that do; the offer's zone is blocked and
+// nothing was created.
+func TestCreateTypeNotOfferedInZone(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	ctx := context.Background()
+	spec := newSpec(t, "nozone")
+	o := e.offer(t, l4)
+	other := "use1-az6"
+	if o.Location.Zone == other {
+		other = "use1-az5"
+	}
+	e.f.mu.Lock()
+	e.f.offered = map[string][]string{o.InstanceType: {other}}
+	e.f.mu.Unlock()
+	prep, err := e.p.Prepare(ctx, &o, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.p.Create(ctx, &o, prep, spec)
+	pe := errKind(t, err, provider.Unavailable)
+	if pe.Scope() != provider.ScopeZone || aws.ErrorCode(err) != "Unsupported" ||
+		!strings.Contains(err.Error(), "is not supported in your requested Availability Zone") {
+		t.Fatalf("scope %s, error %v; want zone scope and EC2's Unsupported", pe.Scope(), err)
+	}
+	if n, live := len(e.f.requests("RunInstances")), e.f.live(); n != 1 || len(live) != 0 {
+		t.Fatalf("%d RunInstances, %d instances left; want 1 and none", n, len(live))
 	}
 }
 

@@ -17,34 +17,45 @@ import (
 	"github.com/org/gpuprov/provider"
 )
 
-// codeKinds maps the EC2 (and SSM) error codes of the EC2 API Reference's
-// "Error codes" page to the failover policy. Codes are matched exactly; a
-// code missing here falls back to the HTTP status (see classify).
+// errorReference is the EC2 API Reference's error-code page the tables
+// below follow ("Error codes for the Amazon EC2 API": common client errors, client
+// errors for specific actions, server errors). Client errors come with an
+// HTTP 400-series status, server errors with a 500-series one.
+const errorReference = "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html"
+
+// codeKinds maps the EC2 (and SSM) error codes of errorReference to the failover
+// policy. Codes are matched exactly and before the HTTP status, so a
+// stockout that EC2 sends as a server error (HTTP 500) is Capacity, not
+// Transient; a code missing here falls back to the status (see kindOf).
 var codeKinds = map[string]provider.ErrorKind{
 	// throttling and server-side trouble: retry
-	"RequestLimitExceeded":    provider.Transient,
+	"RequestLimitExceeded":    provider.Transient, // server: the request rate was exceeded
 	"EC2ThrottledException":   provider.Transient,
 	"ThrottlingException":     provider.Transient, // SSM
 	"Throttling":              provider.Transient,
-	"InternalError":           provider.Transient,
-	"InternalFailure":         provider.Transient,
+	"InternalError":           provider.Transient, // server: "Retry your request"
+	"InternalFailure":         provider.Transient, // server: unknown error
 	"InternalServerError":     provider.Transient, // SSM
-	"ServerInternal":          provider.Transient,
-	"ServiceUnavailable":      provider.Transient,
-	"Unavailable":             provider.Transient,
+	"ServerInternal":          provider.Transient, // server: "Retry your request"
+	"ServiceUnavailable":      provider.Transient, // server: temporary failure of the server
+	"Unavailable":             provider.Transient, // server: the server is overloaded
 	"RequestTimeout":          provider.Transient,
 	"RequestTimeoutException": provider.Transient,
 	"DependencyViolation":     provider.Transient, // a security group still used by an instance shutting down
 	"IncorrectState":          provider.Transient,
 	"IncorrectInstanceState":  provider.Transient,
 	// stockouts
-	"InsufficientInstanceCapacity": provider.Capacity, // arrives as HTTP 500
-	"InsufficientCapacityOnHost":   provider.Capacity,
-	"InsufficientHostCapacity":     provider.Capacity,
-	"InsufficientCapacity":         provider.Capacity,
-	"UnfulfillableCapacity":        provider.Capacity,
-	"SpotMaxPriceTooLow":           provider.Capacity,
-	"ReservationCapacityExceeded":  provider.Capacity,
+	"InsufficientInstanceCapacity":          provider.Capacity, // server (HTTP 500): no capacity for this type here
+	"InsufficientAddressCapacity":           provider.Capacity, // server: not enough addresses (zone)
+	"InsufficientReservedInstanceCapacity":  provider.Capacity, // server: not enough Reserved Instances (zone)
+	"InsufficientReservedInstancesCapacity": provider.Capacity, // the same, as the client-error table spells it (zone)
+	"InsufficientVolumeCapacity":            provider.Capacity, // server: no EBS capacity for the root volume (zone)
+	"InsufficientCapacityOnHost":            provider.Capacity,
+	"InsufficientHostCapacity":              provider.Capacity, // server: Dedicated Host capacity
+	"InsufficientCapacity":                  provider.Capacity, // server: import instance capacity
+	"UnfulfillableCapacity":                 provider.Capacity, // not enough spare spot capacity
+	"SpotMaxPriceTooLow":                    provider.Capacity,
+	"ReservationCapacityExceeded":           provider.Capacity,
 	// account limits: block the region
 	"InstanceLimitExceeded":              provider.Quota,
 	"VcpuLimitExceeded":                  provider.Quota,
@@ -56,23 +67,28 @@ var codeKinds = map[string]provider.ErrorKind{
 	"KeyPairLimitExceeded":               provider.Quota,
 	"ResourceLimitExceeded":              provider.Quota,
 	// not viable here; nothing was created
-	"Unsupported":                       provider.Unavailable,
-	"UnsupportedOperation":              provider.Unavailable,
+	"Unsupported":                       provider.Unavailable, // e.g. the instance type is not offered in the zone
+	"UnsupportedOperation":              provider.Unavailable, // e.g. the type is not supported by the AMI
+	"InvalidInstanceType":               provider.Unavailable, // the type is not supported for this request (region)
+	"InvalidInstanceType.NotFound":      provider.Unavailable, // the type does not exist in the region
+	"VolumeTypeNotAvailableInZone":      provider.Unavailable,
 	"OptInRequired":                     provider.Unavailable,
 	"InvalidAMIID.NotFound":             provider.Unavailable,
 	"InvalidAMIID.Unavailable":          provider.Unavailable,
 	"ParameterNotFound":                 provider.Unavailable, // SSM: no such image parameter in this region
 	"VPCIdNotSpecified":                 provider.Unavailable,
 	"DefaultVpcDoesNotExist":            provider.Unavailable,
-	"InsufficientFreeAddressesInSubnet": provider.Unavailable,
+	"InsufficientFreeAddressesInSubnet": provider.Unavailable, // the zone's subnet is full
 	// the ask cannot be satisfied
 	"InvalidParameterValue":       provider.InvalidRequest,
 	"InvalidParameter":            provider.InvalidRequest,
 	"InvalidParameterCombination": provider.InvalidRequest,
+	"InvalidParameterDependency":  provider.InvalidRequest,
 	"MissingParameter":            provider.InvalidRequest,
 	"UnknownParameter":            provider.InvalidRequest,
 	"ValidationError":             provider.InvalidRequest,
 	"ValidationException":         provider.InvalidRequest, // SSM
+	"TagPolicyViolation":          provider.InvalidRequest, // the account's tag policy refuses gpuprov's tags everywhere
 	"InvalidZone.NotFound":        provider.InvalidRequest,
 	"InvalidAvailabilityZone":     provider.InvalidRequest,
 	"InvalidAMIID.Malformed":      provider.InvalidRequest,
@@ -101,11 +117,27 @@ var codeKinds = map[string]provider.ErrorKind{
 	"IdempotentInstanceTerminated": provider.Failed,
 }
 
-// codeScopes widens the blocking scope of codes that hold for a whole region.
+// codeScopes sets the blocking scope of codes that hold for more than the
+// offer. Zone: the shortage or constraint is the zone's (its addresses, its
+// reservations, its volumes, its subnet, the types it offers), so the core
+// moves on to the next zone. Region: the instance type does not exist in
+// the region (EC2's types are a regional catalog, every zone would refuse it
+// alike, and there is no narrower "type in region" scope); it is not
+// InvalidRequest, because the same type can exist in another region and
+// other offers can still succeed.
 var codeScopes = map[string]provider.Scope{
-	"OptInRequired":          provider.ScopeRegion,
-	"VPCIdNotSpecified":      provider.ScopeRegion,
-	"DefaultVpcDoesNotExist": provider.ScopeRegion,
+	"InsufficientAddressCapacity":           provider.ScopeZone,
+	"InsufficientReservedInstanceCapacity":  provider.ScopeZone,
+	"InsufficientReservedInstancesCapacity": provider.ScopeZone,
+	"InsufficientVolumeCapacity":            provider.ScopeZone,
+	"Unsupported":                           provider.ScopeZone,
+	"VolumeTypeNotAvailableInZone":          provider.ScopeZone,
+	"InsufficientFreeAddressesInSubnet":     provider.ScopeZone,
+	"InvalidInstanceType":                   provider.ScopeRegion,
+	"InvalidInstanceType.NotFound":          provider.ScopeRegion,
+	"OptInRequired":                         provider.ScopeRegion,
+	"VPCIdNotSpecified":                     provider.ScopeRegion,
+	"DefaultVpcDoesNotExist":                provider.ScopeRegion,
 }
 
 // ErrorCode returns the AWS error code in err's chain ("InsufficientInstanceCapacity"),

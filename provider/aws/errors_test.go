@@ -21,8 +21,23 @@ func apiErr(status int, code string) error {
 			Err: &smithy.GenericAPIError{Code: code, Message: "m"}}, RequestID: "r"}}
 }
 
-// TestClassify is the error table of the notes (EC2 API Reference, error
-// codes): each documented code with the status EC2 sends it with.
+// Sections of errorReference (the EC2 API Reference's "Error codes for the
+// Amazon EC2 API", read 2026-06 through a Markdown copy of the page) that
+// the rows of TestClassify cite. Client errors come with a 400-series
+// status, server errors with a 500-series one.
+const (
+	refCommon = "errors-overview#CommonErrors"
+	refClient = "errors-overview#api-error-codes-table-client"
+	refServer = "errors-overview#api-error-codes-table-server"
+	refSSM    = "SSM API Reference, common errors"
+	refNone   = "not in the reference"
+)
+
+// TestClassify is the error table of errorReference: each code with the
+// status EC2 sends it with, the kind and scope it maps to, and what the
+// reference says about it. The code decides before the status: the server
+// errors below that are stockouts or zone constraints would otherwise read
+// as Transient (retried in the same zone), the client ones as Failed.
 func TestClassify(t *testing.T) {
 	p := &Provider{name: "aws"}
 	type row struct {
@@ -30,79 +45,97 @@ func TestClassify(t *testing.T) {
 		status int
 		kind   provider.ErrorKind
 		scope  provider.Scope
+		ref    string // section + what it says
 	}
 	rows := []row{
-		{"InsufficientInstanceCapacity", 500, provider.Capacity, provider.ScopeOffer},
-		{"InsufficientCapacityOnHost", 500, provider.Capacity, provider.ScopeOffer},
-		{"InsufficientHostCapacity", 500, provider.Capacity, provider.ScopeOffer},
-		{"InsufficientCapacity", 500, provider.Capacity, provider.ScopeOffer},
-		{"UnfulfillableCapacity", 400, provider.Capacity, provider.ScopeOffer},
-		{"SpotMaxPriceTooLow", 400, provider.Capacity, provider.ScopeOffer},
-		{"ReservationCapacityExceeded", 400, provider.Capacity, provider.ScopeOffer},
-		{"RequestLimitExceeded", 503, provider.Transient, provider.ScopeOffer},
-		{"EC2ThrottledException", 400, provider.Transient, provider.ScopeOffer},
-		{"ThrottlingException", 400, provider.Transient, provider.ScopeOffer},
-		{"ThrottlingSomethingElse", 400, provider.Transient, provider.ScopeOffer},
-		{"InternalError", 500, provider.Transient, provider.ScopeOffer},
-		{"InternalFailure", 500, provider.Transient, provider.ScopeOffer},
-		{"ServerInternal", 500, provider.Transient, provider.ScopeOffer},
-		{"ServiceUnavailable", 503, provider.Transient, provider.ScopeOffer},
-		{"Unavailable", 503, provider.Transient, provider.ScopeOffer},
-		{"RequestTimeout", 400, provider.Transient, provider.ScopeOffer},
-		{"DependencyViolation", 400, provider.Transient, provider.ScopeOffer},
-		{"InstanceLimitExceeded", 400, provider.Quota, provider.ScopeRegion},
-		{"VcpuLimitExceeded", 400, provider.Quota, provider.ScopeRegion},
-		{"MaxSpotInstanceCountExceeded", 400, provider.Quota, provider.ScopeRegion},
-		{"VolumeLimitExceeded", 400, provider.Quota, provider.ScopeRegion},
-		{"MaxIOPSLimitExceeded", 400, provider.Quota, provider.ScopeRegion},
-		{"SecurityGroupLimitExceeded", 400, provider.Quota, provider.ScopeRegion},
-		{"KeyPairLimitExceeded", 400, provider.Quota, provider.ScopeRegion},
-		{"ResourceLimitExceeded", 400, provider.Quota, provider.ScopeRegion},
-		{"Unsupported", 400, provider.Unavailable, provider.ScopeOffer},
-		{"UnsupportedOperation", 400, provider.Unavailable, provider.ScopeOffer},
-		{"OptInRequired", 401, provider.Unavailable, provider.ScopeRegion},
-		{"InvalidAMIID.NotFound", 400, provider.Unavailable, provider.ScopeOffer},
-		{"VPCIdNotSpecified", 400, provider.Unavailable, provider.ScopeRegion},
-		{"DefaultVpcDoesNotExist", 400, provider.Unavailable, provider.ScopeRegion},
-		{"InsufficientFreeAddressesInSubnet", 400, provider.Unavailable, provider.ScopeOffer},
-		{"ParameterNotFound", 400, provider.Unavailable, provider.ScopeOffer},
-		{"InvalidParameterValue", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"InvalidParameter", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"InvalidParameterCombination", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"MissingParameter", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"UnknownParameter", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"ValidationError", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"InvalidZone.NotFound", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"InvalidAvailabilityZone", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"InvalidAMIID.Malformed", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"InvalidKeyPair.NotFound", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"InvalidSubnetID.NotFound", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"InvalidBlockDeviceMapping", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"IdempotentParameterMismatch", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"InvalidInstanceID.Malformed", 400, provider.InvalidRequest, provider.ScopeOffer},
-		{"AuthFailure", 401, provider.Credentials, provider.ScopeProvider},
-		{"UnauthorizedOperation", 403, provider.Credentials, provider.ScopeProvider},
-		{"InvalidClientTokenId", 403, provider.Credentials, provider.ScopeProvider},
-		{"SignatureDoesNotMatch", 403, provider.Credentials, provider.ScopeProvider},
-		{"MissingAuthenticationToken", 403, provider.Credentials, provider.ScopeProvider},
-		{"IncompleteSignature", 400, provider.Credentials, provider.ScopeProvider},
-		{"RequestExpired", 400, provider.Credentials, provider.ScopeProvider},
-		{"Blocked", 403, provider.Credentials, provider.ScopeProvider},
-		{"PendingVerification", 401, provider.Credentials, provider.ScopeProvider},
-		{"AccountDisabled", 401, provider.Credentials, provider.ScopeProvider},
-		{"IdempotentInstanceTerminated", 400, provider.Failed, provider.ScopeOffer},
+		// server errors: capacity
+		{"InsufficientInstanceCapacity", 500, provider.Capacity, provider.ScopeOffer, refServer + ": not enough capacity to fulfill your request; try other instance types"},
+		{"InsufficientAddressCapacity", 500, provider.Capacity, provider.ScopeZone, refServer + ": not enough available addresses to satisfy your minimum request"},
+		{"InsufficientReservedInstanceCapacity", 500, provider.Capacity, provider.ScopeZone, refServer + ": not enough available Reserved Instances to satisfy your minimum request"},
+		{"InsufficientReservedInstancesCapacity", 400, provider.Capacity, provider.ScopeZone, refClient + ": insufficient capacity for the requested Reserved Instances"},
+		{"InsufficientVolumeCapacity", 500, provider.Capacity, provider.ScopeZone, refServer + ": not enough capacity for the EBS volume; try another Availability Zone"},
+		{"InsufficientHostCapacity", 500, provider.Capacity, provider.ScopeOffer, refServer + ": not enough capacity for the Dedicated Host request"},
+		{"InsufficientCapacity", 500, provider.Capacity, provider.ScopeOffer, refServer + ": not enough capacity for the import instance request"},
+		{"InsufficientCapacityOnHost", 400, provider.Capacity, provider.ScopeOffer, refClient + ": not enough capacity on the Dedicated Host"},
+		{"UnfulfillableCapacity", 400, provider.Capacity, provider.ScopeOffer, refClient + ": not enough spare capacity for Spot Instances"},
+		{"SpotMaxPriceTooLow", 400, provider.Capacity, provider.ScopeOffer, refClient + ": maximum price below the Spot price"},
+		{"ReservationCapacityExceeded", 400, provider.Capacity, provider.ScopeOffer, refClient + ": the targeted Capacity Reservation lacks capacity"},
+		// server errors: retry
+		{"RequestLimitExceeded", 503, provider.Transient, provider.ScopeOffer, refServer + ": maximum request rate exceeded; sleep between requests"},
+		{"InternalError", 500, provider.Transient, provider.ScopeOffer, refServer + ": an internal error; retry your request"},
+		{"ServerInternal", 500, provider.Transient, provider.ScopeOffer, refServer + ": an internal error; retry your request"},
+		{"InternalFailure", 500, provider.Transient, provider.ScopeOffer, refServer + ": unknown error, exception or failure"},
+		{"ServiceUnavailable", 503, provider.Transient, provider.ScopeOffer, refServer + ": temporary failure of the server"},
+		{"Unavailable", 503, provider.Transient, provider.ScopeOffer, refServer + ": the server is overloaded"},
+		{"EC2ThrottledException", 400, provider.Transient, provider.ScopeOffer, refNone + " (SDK throttle code)"},
+		{"ThrottlingException", 400, provider.Transient, provider.ScopeOffer, refSSM},
+		{"ThrottlingSomethingElse", 400, provider.Transient, provider.ScopeOffer, refNone + " (Throttling* prefix)"},
+		{"RequestTimeout", 400, provider.Transient, provider.ScopeOffer, refNone},
+		{"DependencyViolation", 400, provider.Transient, provider.ScopeOffer, refClient + ": the object has dependent resources; remove them, then retry"},
+		{"IncorrectInstanceState", 400, provider.Transient, provider.ScopeOffer, refClient + ": the instance is in an incorrect state for the action"},
+		// account limits
+		{"InstanceLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on instances you can run concurrently"},
+		{"VcpuLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on vCPUs of running instances"},
+		{"MaxSpotInstanceCountExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on Spot Instances"},
+		{"VolumeLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on EBS volume storage"},
+		{"MaxIOPSLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on IOPS in the Region"},
+		{"SecurityGroupLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on security groups"},
+		{"KeyPairLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on key pairs in the Region"},
+		{"ResourceLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": an EC2 resource limit"},
+		// not viable here; nothing created
+		{"Unsupported", 400, provider.Unavailable, provider.ScopeZone, refClient + ": e.g. an Availability Zone that has constraints on that instance type"},
+		{"InvalidInstanceType", 400, provider.Unavailable, provider.ScopeRegion, refClient + ": the instance type is not supported for this request"},
+		{"InvalidInstanceType.NotFound", 400, provider.Unavailable, provider.ScopeRegion, refNone + " (moto 5.2.1: \"The instance type '…' does not exist\" in the region)"},
+		{"UnsupportedOperation", 400, provider.Unavailable, provider.ScopeOffer, refCommon + ": e.g. an instance type not supported by the AMI"},
+		{"VolumeTypeNotAvailableInZone", 400, provider.Unavailable, provider.ScopeZone, refClient + ": try a different Availability Zone"},
+		{"InsufficientFreeAddressesInSubnet", 400, provider.Unavailable, provider.ScopeZone, refClient + ": the subnet lacks free private IP addresses"},
+		{"OptInRequired", 401, provider.Unavailable, provider.ScopeRegion, refCommon + ": not subscribed to the service"},
+		{"InvalidAMIID.NotFound", 400, provider.Unavailable, provider.ScopeOffer, refClient + ": the AMI doesn't exist in this Region"},
+		{"InvalidAMIID.Unavailable", 400, provider.Unavailable, provider.ScopeOffer, refClient + ": the AMI was deregistered"},
+		{"VPCIdNotSpecified", 400, provider.Unavailable, provider.ScopeRegion, refClient + ": no default VPC"},
+		{"DefaultVpcDoesNotExist", 400, provider.Unavailable, provider.ScopeRegion, refClient + ": no default VPC"},
+		{"ParameterNotFound", 400, provider.Unavailable, provider.ScopeOffer, refSSM},
+		// the ask cannot be satisfied
+		{"InvalidParameterValue", 400, provider.InvalidRequest, provider.ScopeOffer, refCommon + ": a value is not valid"},
+		{"InvalidParameter", 400, provider.InvalidRequest, provider.ScopeOffer, refCommon + ": a parameter is not valid"},
+		{"InvalidParameterCombination", 400, provider.InvalidRequest, provider.ScopeOffer, refCommon + ": incorrect combination of parameters"},
+		{"InvalidParameterDependency", 400, provider.InvalidRequest, provider.ScopeOffer, refCommon + ": incorrect combination of parameters"},
+		{"MissingParameter", 400, provider.InvalidRequest, provider.ScopeOffer, refCommon + ": a required parameter is missing"},
+		{"UnknownParameter", 400, provider.InvalidRequest, provider.ScopeOffer, refCommon + ": an unknown parameter"},
+		{"ValidationError", 400, provider.InvalidRequest, provider.ScopeOffer, refCommon + ": input fails the constraints"},
+		{"TagPolicyViolation", 400, provider.InvalidRequest, provider.ScopeOffer, refCommon + ": tags not compliant with the account's tag policy"},
+		{"InvalidZone.NotFound", 400, provider.InvalidRequest, provider.ScopeOffer, refClient + ": the Availability Zone does not exist"},
+		{"InvalidAvailabilityZone", 400, provider.InvalidRequest, provider.ScopeOffer, refClient + ": the Availability Zone is not valid"},
+		{"InvalidAMIID.Malformed", 400, provider.InvalidRequest, provider.ScopeOffer, refClient + ": malformed AMI id"},
+		{"InvalidKeyPair.NotFound", 400, provider.InvalidRequest, provider.ScopeOffer, refClient + ": the key pair does not exist"},
+		{"InvalidSubnetID.NotFound", 400, provider.InvalidRequest, provider.ScopeOffer, refClient + ": the subnet does not exist"},
+		{"InvalidBlockDeviceMapping", 400, provider.InvalidRequest, provider.ScopeOffer, refClient + ": a block device mapping is not valid"},
+		{"IdempotentParameterMismatch", 400, provider.InvalidRequest, provider.ScopeOffer, refCommon + ": client token reused with another request"},
+		{"InvalidInstanceID.Malformed", 400, provider.InvalidRequest, provider.ScopeOffer, refClient + ": malformed instance id"},
+		// credentials and account standing
+		{"AuthFailure", 401, provider.Credentials, provider.ScopeProvider, refCommon + ": credentials could not be validated"},
+		{"UnauthorizedOperation", 403, provider.Credentials, provider.ScopeProvider, refCommon + ": not authorized to perform this operation"},
+		{"InvalidClientTokenId", 403, provider.Credentials, provider.ScopeProvider, refCommon + ": credentials do not exist in our records"},
+		{"SignatureDoesNotMatch", 403, provider.Credentials, provider.ScopeProvider, refClient + ": signature does not match"},
+		{"MissingAuthenticationToken", 403, provider.Credentials, provider.ScopeProvider, refCommon + ": the request must contain valid credentials"},
+		{"IncompleteSignature", 400, provider.Credentials, provider.ScopeProvider, refCommon + ": signature does not conform"},
+		{"RequestExpired", 400, provider.Credentials, provider.ScopeProvider, refCommon + ": request too old, or temporary credentials expired"},
+		{"Blocked", 403, provider.Credentials, provider.ScopeProvider, refCommon + ": the account is blocked"},
+		{"PendingVerification", 401, provider.Credentials, provider.ScopeProvider, refCommon + ": the account is pending verification"},
+		{"AccountDisabled", 401, provider.Credentials, provider.ScopeProvider, refClient + ": administratively disabled for this account"},
+		{"IdempotentInstanceTerminated", 400, provider.Failed, provider.ScopeOffer, refClient + ": the token's instance has been terminated"},
 		// codes the table does not know fall back to the status
-		{"NewCode", 400, provider.Failed, provider.ScopeOffer},
-		{"NewCode", 500, provider.Transient, provider.ScopeOffer},
-		{"NewCode", 429, provider.Transient, provider.ScopeOffer},
-		{"NewCode", 403, provider.Credentials, provider.ScopeProvider},
+		{"NewCode", 400, provider.Failed, provider.ScopeOffer, refNone},
+		{"NewCode", 500, provider.Transient, provider.ScopeOffer, refNone},
+		{"NewCode", 429, provider.Transient, provider.ScopeOffer, refNone},
+		{"NewCode", 403, provider.Credentials, provider.ScopeProvider, refNone},
 	}
 	for _, r := range rows {
 		t.Run(r.code+"_"+http.StatusText(r.status), func(t *testing.T) {
 			err := apiErr(r.status, r.code)
 			pe := p.classify(context.Background(), "create", err)
 			if pe.Kind != r.kind || pe.Scope() != r.scope {
-				t.Fatalf("%s/%d: %s %s, want %s %s", r.code, r.status, pe.Kind, pe.Scope(), r.kind, r.scope)
+				t.Fatalf("%s/%d (%s): %s %s, want %s %s", r.code, r.status, r.ref, pe.Kind, pe.Scope(), r.kind, r.scope)
 			}
 			var ae smithy.APIError
 			if !errors.As(pe, &ae) || ae.ErrorCode() != r.code || !errors.Is(pe, r.kind) {

@@ -44,8 +44,9 @@ type fakeEC2 struct {
 	keys      map[string]*fakeKey      // region|name →
 	hidden    map[string]int           // id → DescribeInstances calls that do not see it yet
 	pageSize  int
-	ami       string            // SSM parameter value; "" answers ParameterNotFound
-	spot      map[string]string // type|zone id → spot price
+	ami       string              // SSM parameter value; "" answers ParameterNotFound
+	spot      map[string]string   // type|zone id → spot price
+	offered   map[string][]string // type → the zone ids that sell it; a type not here is sold everywhere
 }
 
 type fakeInstance struct {
@@ -76,7 +77,8 @@ type fakeReq struct {
 }
 
 // fakeRule makes matching requests fail with an EC2 error (Times > 0:
-// that many times; 0: always).
+// that many times; 0: always), with Status, or the status EC2 documents
+// for Code when Status is 0 (see documentedStatus).
 type fakeRule struct {
 	Action string
 	Match  func(r *fakeReq) bool
@@ -203,10 +205,18 @@ func (f *fakeEC2) serve(req *http.Request) (*http.Response, error) {
 	for _, rule := range f.rules {
 		if rule.Action == r.Action && (rule.Match == nil || rule.Match(r)) && (rule.Times == 0 || rule.hits < rule.Times) {
 			rule.hits++
-			if r.Action == "GetParameter" {
-				return ssmError(rule.Status, rule.Code), nil
+			status := rule.Status
+			if status == 0 {
+				status = documentedStatus(rule.Code)
 			}
-			return ec2Error(rule.Status, rule.Code, "scripted by the test"), nil
+			if r.Action == "GetParameter" {
+				return ssmError(status, rule.Code), nil
+			}
+			msg := documentedMessage(rule.Code, r)
+			if msg == "" {
+				msg = "scripted by the test"
+			}
+			return ec2Error(status, rule.Code, msg), nil
 		}
 	}
 	for _, in := range f.instances {
@@ -342,6 +352,15 @@ func (f *fakeEC2) runInstances(r *fakeReq) *http.Response {
 	}
 	if !found {
 		return ec2Error(400, "InvalidSubnetID.NotFound", "no subnet "+subnet+" in "+r.Region)
+	}
+	if zones, ok := f.offered[r.Form.Get("InstanceType")]; ok && !slices.Contains(zones, zoneID) {
+		var names []string
+		for _, z := range zones {
+			names = append(names, zoneName(z))
+		}
+		// the message EC2 sends (quoted in trailofbits/algo#314)
+		return ec2Error(documentedStatus("Unsupported"), "Unsupported", fmt.Sprintf("Your requested instance type (%s) is not supported in your requested Availability Zone (%s). Please retry your request by not specifying an Availability Zone or choosing %s.",
+			r.Form.Get("InstanceType"), zoneName(zoneID), strings.Join(names, ", ")))
 	}
 	sg := r.Form.Get("NetworkInterface.1.SecurityGroupId.1")
 	if _, ok := f.sgs[sg]; !ok {
@@ -541,7 +560,49 @@ func answer(action, body string) *http.Response {
 	return resp
 }
 
-// ec2Error is an EC2 error answer.
+// documentedStatus is the HTTP status EC2 answers code with. The EC2 API
+// Reference's error-code page (errors-overview) puts every code in its
+// client table (400-series status) or its server table (500-series);
+// within those, AuthFailure and OptInRequired come as 401, the
+// authorization codes as 403, and the throttling and overload codes as 503.
+func documentedStatus(code string) int {
+	switch code {
+	case "InsufficientInstanceCapacity", "InsufficientAddressCapacity", "InsufficientReservedInstanceCapacity",
+		"InsufficientCapacity", "InsufficientHostCapacity", "InsufficientVolumeCapacity",
+		"InternalError", "InternalFailure", "ServerInternal", "BandwidthLimitExceeded":
+		return http.StatusInternalServerError
+	case "RequestLimitExceeded", "ServiceUnavailable", "Unavailable":
+		return http.StatusServiceUnavailable
+	case "AuthFailure", "OptInRequired", "PendingVerification", "AccountDisabled":
+		return http.StatusUnauthorized
+	case "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch", "MissingAuthenticationToken", "Blocked":
+		return http.StatusForbidden
+	}
+	return http.StatusBadRequest
+}
+
+// documentedMessage is the message EC2 sends with code for request r, for
+// the codes the tests depend on (the reference's description, or the text
+// EC2 or moto sends), or "".
+func documentedMessage(code string, r *fakeReq) string {
+	typ := r.Form.Get("InstanceType")
+	switch code {
+	case "InsufficientInstanceCapacity":
+		return "We currently do not have sufficient " + typ + " capacity in the Availability Zone you requested."
+	case "InsufficientAddressCapacity":
+		return "Not enough available addresses to satisfy your minimum request."
+	case "InsufficientReservedInstanceCapacity":
+		return "Not enough available Reserved Instances to satisfy your minimum request."
+	case "InvalidInstanceType":
+		return "The instance type is not supported for this request."
+	case "InvalidInstanceType.NotFound":
+		return "The instance type '" + typ + "' does not exist" // moto 5.2.1
+	}
+	return ""
+}
+
+// ec2Error is an EC2 error answer, shaped as the reference's "Example error
+// response": Response/Errors/Error/{Code,Message} and RequestID.
 func ec2Error(status int, code, msg string) *http.Response {
 	resp := httpmock.NewStringResponse(status, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
 		`<Response><Errors><Error><Code>`+code+`</Code><Message>`+esc(msg)+`</Message></Error></Errors><RequestID>req-err</RequestID></Response>`)
