@@ -47,15 +47,15 @@ func requestID(spec *provider.InstanceSpec) string {
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	var d offerDetail
 	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.MachineType == "" {
-		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "offer has no machine type in its detail (%s)", offer.Detail)
+		return "", p.errorf(provider.InvalidRequest, "create", "offer has no machine type in its detail (%s)", offer.Detail)
 	}
 	var pr prepared
 	if err := json.Unmarshal(prep, &pr); err != nil || pr.Image == "" || pr.Tag == "" {
-		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "prepared data lacks image or tag (%s)", prep)
+		return "", p.errorf(provider.InvalidRequest, "create", "prepared data lacks image or tag (%s)", prep)
 	}
 	zone := offer.Location.Zone
 	if zone == "" {
-		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "offer %s has no zone", offer.Key())
+		return "", p.errorf(provider.InvalidRequest, "create", "offer %s has no zone", offer.Key())
 	}
 	inst := p.instance(offer, d, pr, spec)
 	cctx, cancel := p.call(ctx)
@@ -82,12 +82,12 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	case werr != nil && ctx.Err() != nil:
 		// The caller gave up; the insert was accepted and may land. The
 		// core observes by label before anything else.
-		return "", provider.Errorf(provider.Transient, p.name, "create", "waiting for %s: %w", op.Name(), werr)
+		return "", p.errorf(provider.Transient, "create", "waiting for %s: %w", op.Name(), werr)
 	case werr != nil:
 		// The bounded wait ran out or a poll failed: the insert was
 		// accepted, its outcome shows in Observe.
 		p.log.Warn("gcp: insert accepted, outcome not yet known", "provider", p.name, "vm", spec.VM,
-			"zone", zone, "operation", op.Name(), "err", werr)
+			"zone", zone, "operation", op.Name(), "err", p.maskErr(werr))
 	case op.Proto().GetHttpErrorStatusCode() >= 300:
 		return "", p.classifyOp("create", &OperationError{Operation: op.Name(), HTTPStatus: int(op.Proto().GetHttpErrorStatusCode()),
 			Messages: []string{op.Proto().GetHttpErrorMessage()}})
@@ -167,7 +167,7 @@ func (p *Provider) adopt(ctx context.Context, zone string, spec *provider.Instan
 		return "", p.classify("create", err)
 	}
 	if !p.ours(in, spec.VM) {
-		return "", provider.Errorf(provider.Unavailable, p.name, "create",
+		return "", p.errorf(provider.Unavailable, "create",
 			"instance %s in %s exists and does not carry the identity of VM %s in installation %s",
 			in.GetName(), zone, spec.VM, p.installation)
 	}

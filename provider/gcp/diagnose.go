@@ -37,7 +37,7 @@ var systemEvents = map[string]struct {
 func (p *Provider) Diagnose(ctx context.Context, loc provider.Location, vm, instanceID string) (provider.Diagnosis, error) {
 	d := provider.Diagnosis{InstanceID: instanceID}
 	if loc.Zone == "" {
-		return d, provider.Errorf(provider.InvalidRequest, p.name, "diagnose", "location %s has no zone", loc)
+		return d, p.errorf(provider.InvalidRequest, "diagnose", "location %s has no zone", loc)
 	}
 	in, err := p.get(ctx, loc.Zone, provider.ResourceName(vm))
 	gone := isNotFound(err)

@@ -18,7 +18,10 @@
 //	refine           = true                  # ask the API which zones offer each GPU
 //
 // Tests build it with New and WithEndpoint, which points every client at a
-// mock through an *http.Client without authentication.
+// mock through an *http.Client, without authentication unless
+// WithCredentials gives some. Every error a primitive returns is masked of
+// the adapter's credentials (the access tokens it sent, the credentials
+// file's private key) after it was classified.
 //
 // Primitives and the API calls they make:
 //

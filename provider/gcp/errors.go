@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -40,8 +41,13 @@ var reasonKinds = map[string]provider.ErrorKind{
 }
 
 // Operation error codes (Operation.error.errors[].code) and their kinds.
+// RESOURCE_NOT_FOUND and UNSUPPORTED_OPERATION are decided by their message
+// in classifyOp; the codes are those of the Compute Engine API's error
+// catalog (https://cloud.google.com/compute/docs/reference/rest/v1/errors)
+// and its resource-availability troubleshooting page
+// (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability).
 var opCodeKinds = map[string]provider.ErrorKind{
-	"ZONE_RESOURCE_POOL_EXHAUSTED":              provider.Capacity, // zone scope: see opError
+	"ZONE_RESOURCE_POOL_EXHAUSTED":              provider.Capacity, // zone scope: see classifyOp
 	"ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS": provider.Capacity,
 	"QUOTA_EXCEEDED":                            provider.Quota,
 	"RESOURCE_OPERATION_RATE_EXCEEDED":          provider.Transient,
@@ -49,9 +55,13 @@ var opCodeKinds = map[string]provider.ErrorKind{
 	"INTERNAL_ERROR":                            provider.Transient,
 	"RESOURCE_IN_USE_BY_ANOTHER_RESOURCE":       provider.Transient,
 	"UNSUPPORTED_OPERATION":                     provider.Capacity, // seen when a Spot VM is preempted while being created
-	"RESOURCE_NOT_FOUND":                        provider.Capacity, // likewise
+	"RESOURCE_NOT_FOUND":                        provider.Failed,   // by what is missing: see notFoundKind
 	"INVALID_FIELD_VALUE":                       provider.InvalidRequest,
+	"MISSING_REQUIRED_FIELD":                    provider.InvalidRequest,
+	"FIELD_SIZE_TOO_LARGE":                      provider.InvalidRequest,
 	"BAD_REQUEST":                               provider.InvalidRequest,
+	"NETWORK_NOT_FOUND":                         provider.InvalidRequest,
+	"PROJECT_NOT_FOUND":                         provider.InvalidRequest,
 	"IAM_PERMISSION_DENIED":                     provider.Credentials,
 	"PERMISSIONS_ERROR":                         provider.Credentials,
 	"CONDITION_NOT_MET":                         provider.Failed,
@@ -110,16 +120,34 @@ func operationError(op *computepb.Operation) *OperationError {
 	return oe
 }
 
-// classifyOp maps a failed operation to a *provider.Error: the first code
-// with a known kind decides; a zonal stockout blocks the zone; a quota on
-// all regions blocks the provider. Unknown codes are Failed.
+// classifyOp maps a failed operation to a *provider.Error: a machine or
+// accelerator type the zone does not offer is Unavailable blocking the
+// zone, whatever the code; otherwise the first code with a known kind
+// decides; a zonal stockout blocks the zone; a quota on all regions (or a
+// global one) blocks the provider; RESOURCE_NOT_FOUND is decided by what
+// is missing (notFoundKind). Unknown codes are Failed.
 func (p *Provider) classifyOp(op string, oe *OperationError) *provider.Error {
-	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: p.name, Err: oe}
-	for _, c := range oe.Codes {
-		if k, ok := opCodeKinds[c]; ok {
-			pe.Kind = k
-			break
+	return p.seal(classifyOpError(p.name, op, oe))
+}
+
+func classifyOpError(name, op string, oe *OperationError) *provider.Error {
+	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: name, Err: oe}
+	for _, m := range oe.Messages {
+		if notOfferedInZone(m) {
+			pe.Kind, pe.Block = provider.Unavailable, provider.ScopeZone
+			return pe
 		}
+	}
+	for i, c := range oe.Codes {
+		k, ok := opCodeKinds[c]
+		if !ok {
+			continue
+		}
+		pe.Kind = k
+		if c == "RESOURCE_NOT_FOUND" && i < len(oe.Messages) {
+			pe.Kind, pe.Block = notFoundKind(oe.Messages[i])
+		}
+		break
 	}
 	switch pe.Kind {
 	case provider.Capacity:
@@ -198,12 +226,22 @@ func hasReason(err error, reason string) bool {
 	return false
 }
 
-// classify maps a synchronous API error to a *provider.Error: by reason
-// first, then by status (429/5xx Transient, 401/403 Credentials, 404 by
-// what was not found), a transport failure or timeout Transient, and
-// anything else Failed.
+// classify maps a synchronous API error to a *provider.Error: a machine
+// or accelerator type the zone does not offer first (Unavailable blocking
+// the zone: HTTP 400 reason invalid, "Invalid value for field
+// 'resource.machineType': '…'. Machine type with name '…' does not exist in
+// zone '…'.", or the resource path of the type "was not found"); then 401
+// (Credentials, whatever the reason: a missing credential is reason
+// "required"); then by reason; then by status (429/5xx Transient, 403
+// Credentials, 404 by what was not found, 400 InvalidRequest); a transport
+// failure or timeout is Transient, and anything else Failed. The error's
+// text is masked of the adapter's credentials (seal).
 func (p *Provider) classify(op string, err error) *provider.Error {
-	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: p.name, Err: err}
+	return p.seal(classifyError(p.name, op, err))
+}
+
+func classifyError(name, op string, err error) *provider.Error {
+	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: name, Err: err}
 	f, ok := facts(err)
 	if !ok {
 		// No answer: a connection reset, a timeout, a cancelled call. The
@@ -216,6 +254,14 @@ func (p *Provider) classify(op string, err error) *provider.Error {
 		return pe
 	}
 	pe.RetryAfter = f.retryAfter
+	switch {
+	case notOfferedInZone(f.message):
+		pe.Kind, pe.Block = provider.Unavailable, provider.ScopeZone
+		return pe
+	case f.status == http.StatusUnauthorized:
+		pe.Kind = provider.Credentials
+		return pe
+	}
 	for _, r := range f.reasons {
 		if k, known := reasonKinds[r]; known {
 			pe.Kind = k
@@ -231,28 +277,64 @@ func (p *Provider) classify(op string, err error) *provider.Error {
 	switch {
 	case f.status == http.StatusTooManyRequests || f.status >= 500:
 		pe.Kind = provider.Transient
-	case f.status == http.StatusUnauthorized || f.status == http.StatusForbidden:
+	case f.status == http.StatusForbidden:
 		pe.Kind = provider.Credentials
 	case f.status == http.StatusNotFound:
-		pe.Kind = notFoundKind(f.message)
+		pe.Kind, pe.Block = notFoundKind(f.message)
 	case f.status == http.StatusBadRequest:
 		pe.Kind = provider.InvalidRequest
 	}
 	return pe
 }
 
-// notFoundKind decides a 404 by what was not found: a machine or
-// accelerator type or a location the zone does not offer is Unavailable
-// (another offer may work); a missing image is InvalidRequest (no offer
-// will); anything else Failed.
-func notFoundKind(msg string) provider.ErrorKind {
+// notOfferedRE matches what Compute Engine answers for a machine or
+// accelerator type the zone does not offer: the insert is refused before
+// any operation with HTTP 400, reason "invalid", and
+//
+//	Invalid value for field 'resource.machineType': 'zones/us-central1-a/machineTypes/a2-highgpu-1g'.
+//	Machine type with name 'a2-highgpu-1g' does not exist in zone 'us-central1-a'.
+//
+// (the text gcloud compute instances create matches, lib/surface/compute/
+// instances/create.py in google-cloud-sdk), the same for the field
+// 'resource.guestAccelerators[0].acceleratorType', or, for a type named by
+// its path, "The resource 'projects/p/zones/z/acceleratorTypes/nvidia-tesla-p4'
+// was not found". A zone the project may not use answers 403 "Location
+// us-east1-d is not found or access is unauthorized." (recorded in
+// skypilot-org/skypilot's GCP failover handler): another zone may work.
+var notOfferedRE = regexp.MustCompile(`(?i)invalid value for field 'resource\.(machineType|guestAccelerators\[\d+\]\.acceleratorType)'.*(does not exist|not found|not available|unavailable)` +
+	`|the resource '[^']*/zones/[^'/]+/(machineTypes|acceleratorTypes)/[^']*' was not found` +
+	`|(machine|accelerator) type (with name )?'[^']*' does not exist in zone` +
+	`|location [a-z0-9-]+ is not found or access is unauthorized`)
+
+var projectNotFoundRE = regexp.MustCompile(`the resource 'projects/[^/']+' was not found`)
+
+// notOfferedInZone reports whether msg says the zone does not offer the
+// machine or accelerator type asked for: another zone may.
+func notOfferedInZone(msg string) bool { return notOfferedRE.MatchString(msg) }
+
+// notFoundKind decides a 404 (or an operation's RESOURCE_NOT_FOUND) by
+// what was not found, so that nothing missing everywhere fails over
+// forever:
+//   - a machine or accelerator type, or a zone, that the location does not
+//     offer: Unavailable, blocking the zone (another zone may have it);
+//   - the configured subnetwork in a region: Failed, blocking the region
+//     (other regions may have a subnetwork of that name, no offer here can
+//     work);
+//   - the network, an image or image family, or the project: InvalidRequest
+//     (global: no offer will work, the configuration must change);
+//   - anything else, the instance itself included (deleted or preempted
+//     while being created): Failed, blocking the offer.
+func notFoundKind(msg string) (provider.ErrorKind, provider.Scope) {
 	m := strings.ToLower(msg)
 	switch {
-	case strings.Contains(m, "machinetypes") || strings.Contains(m, "acceleratortypes") ||
-		strings.Contains(m, "location") || strings.Contains(m, "/zones/") && !strings.Contains(m, "/instances/"):
-		return provider.Unavailable
-	case strings.Contains(m, "images"):
-		return provider.InvalidRequest
+	case notOfferedInZone(msg) || strings.Contains(m, "/machinetypes/") || strings.Contains(m, "/acceleratortypes/"):
+		return provider.Unavailable, provider.ScopeZone
+	case strings.Contains(m, "/subnetworks/"):
+		return provider.Failed, provider.ScopeRegion
+	case strings.Contains(m, "/networks/") || strings.Contains(m, "/images/") || projectNotFoundRE.MatchString(m):
+		return provider.InvalidRequest, provider.ScopeDefault
+	case strings.Contains(m, "location") || strings.Contains(m, "/zones/") && !strings.Contains(m, "/instances/"):
+		return provider.Unavailable, provider.ScopeZone
 	}
-	return provider.Failed
+	return provider.Failed, provider.ScopeDefault
 }

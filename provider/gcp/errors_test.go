@@ -45,8 +45,26 @@ func TestClassify(t *testing.T) {
 		{400, "invalid", "", provider.InvalidRequest, provider.ScopeOffer},
 		{400, "required", "", provider.InvalidRequest, provider.ScopeOffer},
 		{400, "", "", provider.InvalidRequest, provider.ScopeOffer},
-		{404, "notFound", "The resource 'projects/p/zones/us-west4-a/acceleratorTypes/nvidia-l4' was not found", provider.Unavailable, provider.ScopeOffer},
-		{404, "notFound", "The resource 'projects/p/zones/us-west4-a/machineTypes/a3-highgpu-8g' was not found", provider.Unavailable, provider.ScopeOffer},
+		{404, "notFound", "The resource 'projects/p/zones/us-west4-a/acceleratorTypes/nvidia-l4' was not found", provider.Unavailable, provider.ScopeZone},
+		{404, "notFound", "The resource 'projects/p/zones/us-west4-a/machineTypes/a3-highgpu-8g' was not found", provider.Unavailable, provider.ScopeZone},
+		// A machine or accelerator type the zone does not offer is refused
+		// before any operation with 400 invalid; gcloud compute instances
+		// create matches this text (google-cloud-sdk lib/surface/compute/
+		// instances/create.py). Another zone may offer it.
+		{400, "invalid", "Invalid value for field 'resource.machineType': 'zones/us-central1-f/machineTypes/g2-standard-4'. Machine type with name 'g2-standard-4' does not exist in zone 'us-central1-f'.", provider.Unavailable, provider.ScopeZone},
+		{400, "invalid", "Invalid value for field 'resource.guestAccelerators[0].acceleratorType': 'zones/us-central1-f/acceleratorTypes/nvidia-tesla-v100'. Accelerator type 'nvidia-tesla-v100' does not exist in zone 'us-central1-f'.", provider.Unavailable, provider.ScopeZone},
+		{400, "badRequest", "The resource 'projects/p/zones/us-west1-b/acceleratorTypes/nvidia-tesla-p4' was not found", provider.Unavailable, provider.ScopeZone},
+		{403, "forbidden", "Location us-east1-d is not found or access is unauthorized.", provider.Unavailable, provider.ScopeZone},
+		// A malformed machine type is the request's fault: no zone helps.
+		{400, "invalid", "Invalid value for field 'resource.machineType': 'g2 standard'. Must be a match of regex '[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?'", provider.InvalidRequest, provider.ScopeOffer},
+		{400, "badRequest", "[nvidia-tesla-a100, n1-highmem-8] features are not compatible for creating instance.", provider.InvalidRequest, provider.ScopeOffer},
+		// A missing or bad credential is 401 whatever the reason
+		// (reason "required" for a missing Authorization header).
+		{401, "required", "Request is missing required authentication credential.", provider.Credentials, provider.ScopeProvider},
+		{401, "authError", "Invalid Credentials", provider.Credentials, provider.ScopeProvider},
+		{404, "notFound", "The resource 'projects/p/regions/us-central1/subnetworks/gpu' was not found", provider.Failed, provider.ScopeRegion},
+		{404, "notFound", "The resource 'projects/p/global/networks/nope' was not found", provider.InvalidRequest, provider.ScopeOffer},
+		{404, "notFound", "The resource 'projects/nope-project' was not found", provider.InvalidRequest, provider.ScopeOffer},
 		{400, "invalid", "Invalid value for field 'zone': 'xx-west9-z'. Unknown zone.", provider.InvalidRequest, provider.ScopeOffer},
 		{404, "notFound", "The resource 'projects/p/global/images/family/nope' was not found", provider.InvalidRequest, provider.ScopeOffer},
 		{404, "notFound", "The resource 'projects/p/zones/z/instances/gpuprov-x' was not found", provider.Failed, provider.ScopeOffer},
@@ -54,7 +72,7 @@ func TestClassify(t *testing.T) {
 		{412, "conditionNotMet", "", provider.Failed, provider.ScopeOffer},
 		{418, "teapot", "", provider.Failed, provider.ScopeOffer},
 	} {
-		t.Run(fmt.Sprintf("%d_%s", tc.status, tc.reason), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d_%s_%.30s", tc.status, tc.reason, tc.message), func(t *testing.T) {
 			ge := &googleapi.Error{Code: tc.status, Message: tc.message, Header: http.Header{}}
 			if tc.reason != "" {
 				ge.Errors = []googleapi.ErrorItem{{Reason: tc.reason, Message: tc.message}}
@@ -94,7 +112,7 @@ func TestClassifyRetryAfterAndTransport(t *testing.T) {
 // TestClassifyOp is the table of operation error codes read after Wait.
 func TestClassifyOp(t *testing.T) {
 	p := &Provider{name: "gcp"}
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		code, message, metric string
 		kind                  provider.ErrorKind
 		scope                 provider.Scope
@@ -102,7 +120,17 @@ func TestClassifyOp(t *testing.T) {
 		{"ZONE_RESOURCE_POOL_EXHAUSTED", "", "", provider.Capacity, provider.ScopeZone},
 		{"ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "", "", provider.Capacity, provider.ScopeZone},
 		{"UNSUPPORTED_OPERATION", "", "", provider.Capacity, provider.ScopeOffer},
-		{"RESOURCE_NOT_FOUND", "", "", provider.Capacity, provider.ScopeOffer},
+		{"UNSUPPORTED_OPERATION", "Machine type with name 'a2-highgpu-1g' does not exist in zone 'europe-west3-b'.", "", provider.Unavailable, provider.ScopeZone},
+		// RESOURCE_NOT_FOUND is never a stockout: by what is missing.
+		{"RESOURCE_NOT_FOUND", "The resource 'projects/p/regions/us-central1/subnetworks/gpu' was not found", "", provider.Failed, provider.ScopeRegion},
+		{"RESOURCE_NOT_FOUND", "The resource 'projects/p/global/networks/gpu-net' was not found", "", provider.InvalidRequest, provider.ScopeOffer},
+		{"RESOURCE_NOT_FOUND", "The resource 'projects/p/global/images/family/nope' was not found", "", provider.InvalidRequest, provider.ScopeOffer},
+		{"RESOURCE_NOT_FOUND", "The resource 'projects/p/zones/us-central1-a/acceleratorTypes/nvidia-l4' was not found", "", provider.Unavailable, provider.ScopeZone},
+		{"RESOURCE_NOT_FOUND", "The resource 'projects/p/zones/us-central1-a/instances/gpuprov-x' was not found", "", provider.Failed, provider.ScopeOffer},
+		{"RESOURCE_NOT_FOUND", "", "", provider.Failed, provider.ScopeOffer},
+		{"MISSING_REQUIRED_FIELD", "Required field 'resource.disks[0]' not specified", "", provider.InvalidRequest, provider.ScopeOffer},
+		{"NETWORK_NOT_FOUND", "Network 'gpu-net' was not found in project 'p'", "", provider.InvalidRequest, provider.ScopeOffer},
+		{"PERMISSIONS_ERROR", "Required 'compute.instances.create' permission for 'projects/p/zones/z/instances/x'", "", provider.Credentials, provider.ScopeProvider},
 		{"QUOTA_EXCEEDED", "Quota 'CPUS' exceeded. Limit: 24.0 in region us-central1.", "compute.googleapis.com/cpus", provider.Quota, provider.ScopeRegion},
 		{"QUOTA_EXCEEDED", "Quota exceeded", "compute.googleapis.com/gpus_all_regions", provider.Quota, provider.ScopeProvider},
 		{"RESOURCE_OPERATION_RATE_EXCEEDED", "", "", provider.Transient, provider.ScopeOffer},
@@ -114,7 +142,7 @@ func TestClassifyOp(t *testing.T) {
 		{"CONDITION_NOT_MET", "", "", provider.Failed, provider.ScopeOffer},
 		{"NEVER_SEEN_BEFORE", "", "", provider.Failed, provider.ScopeOffer},
 	} {
-		t.Run(tc.code, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d_%s", i, tc.code), func(t *testing.T) {
 			e := &computepb.Errors{Code: &tc.code, Message: &tc.message}
 			if tc.metric != "" {
 				e.ErrorDetails = []*computepb.ErrorDetails{{QuotaInfo: &computepb.QuotaExceededInfo{MetricName: &tc.metric}}}

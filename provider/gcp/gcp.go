@@ -2,16 +2,15 @@ package gcp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"time"
 
+	"cloud.google.com/go/auth"
 	compute "cloud.google.com/go/compute/apiv1"
 	"github.com/googleapis/gax-go/v2"
 	"google.golang.org/api/option"
@@ -179,7 +178,11 @@ type Provider struct {
 	log          *slog.Logger
 	catalog      *catalog.Catalog
 	clientOpts   []option.ClientOption
-	testing      bool
+	creds        *auth.Credentials // WithCredentials, or loaded in New
+	fileSecrets  []string          // the credentials file's secret values
+	tokens       tokenRecorder     // the access tokens sent
+	endpoint     string            // WithEndpoint
+	endpointHC   *http.Client
 
 	instances  *compute.InstancesClient
 	firewalls  *compute.FirewallsClient
@@ -203,13 +206,15 @@ func WithInstallation(id string) Option { return func(p *Provider) { p.installat
 func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
 
 // WithEndpoint points every client at baseURL (no trailing slash) through
-// hc, without authentication: for tests against a mock of the Compute API.
-// Credentials are then never looked up, in files or the environment.
+// hc: for tests against a mock of the Compute API. Credentials are then
+// never looked up, in files or the environment; the calls carry no
+// Authorization header unless WithCredentials gives credentials too.
 func WithEndpoint(baseURL string, hc *http.Client) Option {
 	return func(p *Provider) {
-		p.testing = true
-		p.clientOpts = []option.ClientOption{option.WithEndpoint(strings.TrimRight(baseURL, "/")),
-			option.WithHTTPClient(hc), option.WithoutAuthentication()}
+		p.endpoint, p.endpointHC = strings.TrimRight(baseURL, "/"), hc
+		if p.endpointHC == nil {
+			p.endpointHC = http.DefaultClient
+		}
 	}
 }
 
@@ -241,12 +246,8 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 		p.catalog = c
 	}
 	p.applyDefaults()
-	if !p.testing {
-		co, err := credentialOptions(cfg.CredentialsFile)
-		if err != nil {
-			return nil, fmt.Errorf("gcp: %w", err)
-		}
-		p.clientOpts = co
+	if err := p.clientOptions(); err != nil {
+		return nil, fmt.Errorf("gcp: %w", err)
 	}
 	if err := p.dial(context.Background()); err != nil {
 		p.Close()
@@ -285,37 +286,47 @@ func (p *Provider) applyDefaults() {
 	}
 }
 
-// credentialOptions reads the credentials file's type and loads it as that
-// type only (option.WithCredentialsFile, which accepts any type, is
-// deprecated for that reason). The file's content is never logged.
-func credentialOptions(file string) ([]option.ClientOption, error) {
-	if file == "" {
-		return nil, nil // Application Default Credentials
+// clientOptions builds the one authenticated HTTP client every REST
+// client shares: credentials from WithCredentials, else cfg.CredentialsFile,
+// else Application Default Credentials (with WithEndpoint: none unless
+// given), their token added to each request above the token recorder (see
+// seal). A configured credentials file is always read, so that its secrets
+// are masked out of error texts.
+func (p *Provider) clientOptions() error {
+	var file *credentialsFile
+	if p.cfg.CredentialsFile != "" {
+		f, err := readCredentialsFile(p.cfg.CredentialsFile)
+		if err != nil {
+			return err
+		}
+		file, p.fileSecrets = f, f.secrets
 	}
-	b, err := os.ReadFile(file)
+	var base http.RoundTripper // nil: a clone of http.DefaultTransport
+	if p.endpoint != "" {
+		p.clientOpts = []option.ClientOption{option.WithEndpoint(p.endpoint)}
+		if base = p.endpointHC.Transport; base == nil {
+			base = http.DefaultTransport
+		}
+		if p.creds == nil {
+			p.tokens.base = base
+			p.clientOpts = append(p.clientOpts, option.WithHTTPClient(&http.Client{Transport: &p.tokens}),
+				option.WithoutAuthentication())
+			return nil
+		}
+	}
+	if p.creds == nil {
+		c, err := loadCredentials(file)
+		if err != nil {
+			return err
+		}
+		p.creds = c
+	}
+	hc, err := p.authClient(p.creds, base)
 	if err != nil {
-		return nil, fmt.Errorf("credentials_file: %w", err)
+		return err
 	}
-	var head struct {
-		Type string `json:"type"`
-	}
-	if err := json.Unmarshal(b, &head); err != nil {
-		return nil, fmt.Errorf("credentials_file %s: not a JSON credentials file", file)
-	}
-	var t option.CredentialsType
-	switch head.Type {
-	case "service_account":
-		t = option.ServiceAccount
-	case "authorized_user":
-		t = option.AuthorizedUser
-	case "external_account":
-		t = option.ExternalAccount
-	case "impersonated_service_account":
-		t = option.ImpersonatedServiceAccount
-	default:
-		return nil, fmt.Errorf("credentials_file %s: unsupported credentials type %q", file, head.Type)
-	}
-	return []option.ClientOption{option.WithAuthCredentialsFile(t, file)}, nil
+	p.clientOpts = append(p.clientOpts, option.WithHTTPClient(hc))
+	return nil
 }
 
 func (p *Provider) dial(ctx context.Context) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -80,12 +81,14 @@ func TestCreateSyncErrors(t *testing.T) {
 		{apiFault{403, "quotaExceeded", "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 1.0 globally."}, provider.Quota},
 		{apiFault{403, "forbidden", "Required 'compute.instances.create' permission"}, provider.Credentials},
 		{apiFault{401, "authError", "Invalid Credentials"}, provider.Credentials},
-		{apiFault{400, "invalid", "Invalid value for field 'resource.machineType'"}, provider.InvalidRequest},
+		{apiFault{400, "invalid", "Invalid value for field 'resource.machineType': 'g2 standard'. Must be a match of regex '[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?'"}, provider.InvalidRequest},
+		{apiFault{401, "required", "Request is missing required authentication credential."}, provider.Credentials},
 		{apiFault{404, "notFound", "The resource 'projects/p/zones/us-central1-a/machineTypes/g2-standard-8' was not found"}, provider.Unavailable},
+		{apiFault{404, "notFound", "The resource 'projects/p/regions/us-central1/subnetworks/gpu' was not found"}, provider.Failed},
 		{apiFault{404, "notFound", "The resource 'projects/p/global/images/x' was not found"}, provider.InvalidRequest},
 		{apiFault{418, "teapot", "?"}, provider.Failed},
 	} {
-		t.Run(tc.fault.Reason, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d_%s", tc.fault.Status, tc.fault.Reason), func(t *testing.T) {
 			c, mt := newCloud(t)
 			p := c.provider(t, mt, gcp.Config{})
 			spec := newSpec(t, "sync")
@@ -95,6 +98,75 @@ func TestCreateSyncErrors(t *testing.T) {
 			kindOf(t, err, tc.kind)
 			if n := len(c.calls("POST /compute/v1/projects/" + project + "/zones/us-central1-a/instances")); n != 1 {
 				t.Fatalf("%d inserts: the client retried", n)
+			}
+		})
+	}
+}
+
+// A machine type or accelerator type the zone does not offer is refused
+// before any operation with HTTP 400, reason invalid, "Invalid value for
+// field 'resource.machineType': '…'. Machine type with name '…' does not
+// exist in zone '…'." (troubleshooting-vm-creation; gcloud compute instances
+// create matches the text). It is Unavailable blocking the zone, so the
+// launch moves on to the next zone, not InvalidRequest aborting it.
+func TestCreateTypeNotOfferedInZone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		req   provider.ResourceRequest
+		unoff string
+		field string
+	}{
+		{"machine type", l4, "", "resource.machineType"}, // the offer's own
+		{"accelerator type", provider.ResourceRequest{GPU: "T4", GPUCount: 1}, "nvidia-tesla-t4", "resource.guestAccelerators[0].acceleratorType"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, mt := newCloud(t)
+			p := c.provider(t, mt, gcp.Config{})
+			spec := newSpec(t, "zonal")
+			o := offerIn(t, p, tc.req, "us-central1-a", false)
+			prep, err := p.Prepare(context.Background(), &o, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.unoff == "" {
+				tc.unoff = o.InstanceType
+			}
+			c.notOffered["us-central1-a/"+tc.unoff] = true
+			_, err = p.Create(context.Background(), &o, prep, spec)
+			pe := kindOf(t, err, provider.Unavailable)
+			if pe.Scope() != provider.ScopeZone || !strings.Contains(err.Error(), "Invalid value for field '"+tc.field+"'") ||
+				!strings.Contains(err.Error(), "does not exist in zone 'us-central1-a'") {
+				t.Fatalf("scope %s, error %v", pe.Scope(), err)
+			}
+			if n := len(c.calls("/zones/us-central1-a/operations/")); n != 0 || len(c.live()) != 0 {
+				t.Fatalf("%d operation polls, %d instances: nothing should have started", n, len(c.live()))
+			}
+		})
+	}
+}
+
+// An operation ending in RESOURCE_NOT_FOUND is not a stockout: a missing
+// subnetwork blocks its region as Failed, a missing network aborts as
+// InvalidRequest, instead of failing over as Capacity forever.
+func TestCreateResourceNotFound(t *testing.T) {
+	for _, tc := range []struct {
+		msg   string
+		kind  provider.ErrorKind
+		scope provider.Scope
+	}{
+		{"The resource 'projects/proj-test/regions/us-central1/subnetworks/gpu' was not found", provider.Failed, provider.ScopeRegion},
+		{"The resource 'projects/proj-test/global/networks/gpu-net' was not found", provider.InvalidRequest, provider.ScopeOffer},
+		{"The resource 'projects/proj-test/zones/us-central1-a/instances/gpuprov-rnf' was not found", provider.Failed, provider.ScopeOffer},
+	} {
+		t.Run(tc.msg[strings.LastIndexByte(tc.msg[:strings.LastIndexByte(tc.msg, '/')], '/')+1:], func(t *testing.T) {
+			c, mt := newCloud(t)
+			p := c.provider(t, mt, gcp.Config{})
+			spec := newSpec(t, "rnf")
+			o, prep := prepareAndOffer(t, p, spec, "us-central1-a")
+			c.insertFaults["us-central1-a"] = []opFault{{Code: "RESOURCE_NOT_FOUND", Message: tc.msg, HTTP: 404}}
+			_, err := p.Create(context.Background(), &o, prep, spec)
+			if pe := kindOf(t, err, tc.kind); pe.Scope() != tc.scope || !gcp.IsCode(err, "RESOURCE_NOT_FOUND") {
+				t.Fatalf("scope %s (want %s): %v", pe.Scope(), tc.scope, err)
 			}
 		})
 	}

@@ -75,6 +75,13 @@ type cloud struct {
 	syncFaults map[string][]apiFault
 	// acceleratorZones answers aggregated acceleratorTypes; nil answers 500.
 	acceleratorZones map[string][]string
+	// notOffered["zone/type"] refuses an insert naming that machine or
+	// accelerator type in that zone as Compute Engine does: before any
+	// operation, 400 invalid (see notOfferedAnswer).
+	notOffered map[string]bool
+	// echoAuth answers every call with this status and a body echoing the
+	// request's Authorization header, as some proxies do; 0 is off.
+	echoAuth int
 
 	requests []request
 }
@@ -83,7 +90,7 @@ func newCloud(t *testing.T) (*cloud, *httpmock.MockTransport) {
 	c := &cloud{t: t, instances: map[string]map[string]*computepb.Instance{}, firewalls: map[string]*computepb.Firewall{},
 		ops: map[string]*computepb.Operation{}, zoneOps: map[string][]*computepb.Operation{}, requestID: map[string]*computepb.Operation{},
 		lagging: map[uint64]int{}, deleting: map[uint64]bool{}, nextID: 7000000000000000001,
-		insertFaults: map[string][]opFault{}, syncFaults: map[string][]apiFault{}}
+		insertFaults: map[string][]opFault{}, syncFaults: map[string][]apiFault{}, notOffered: map[string]bool{}}
 	mt := httpmock.NewMockTransport()
 	mt.RegisterNoResponder(c.serve)
 	return c, mt
@@ -118,6 +125,13 @@ func (c *cloud) serve(req *http.Request) (*http.Response, error) {
 	}
 	c.requests = append(c.requests, request{Method: req.Method, Path: req.URL.Path, Query: req.URL.Query(), Body: body,
 		Auth: req.Header.Get("Authorization")})
+	if c.echoAuth != 0 {
+		reason := "backendError"
+		if c.echoAuth == http.StatusUnauthorized {
+			reason = "authError"
+		}
+		return apiErr(c.echoAuth, reason, "upstream refused the request with Authorization: "+req.Header.Get("Authorization")), nil
+	}
 	prefix := "/compute/v1/projects/"
 	if !strings.HasPrefix(req.URL.Path, prefix) {
 		return apiErr(404, "notFound", "no such path "+req.URL.Path), nil
@@ -221,6 +235,9 @@ func (c *cloud) insert(zone, requestID string, body []byte) *http.Response {
 	if err := protojson.Unmarshal(body, &in); err != nil {
 		return apiErr(400, "invalid", err.Error())
 	}
+	if r := c.notOfferedAnswer(zone, &in); r != nil {
+		return r
+	}
 	if fs := c.insertFaults[zone]; len(fs) > 0 {
 		c.insertFaults[zone] = fs[1:]
 		op := c.newOp(zone, "insert", 0, &fs[0])
@@ -249,6 +266,29 @@ func (c *cloud) insert(zone, requestID string, body []byte) *http.Response {
 	c.requestID[requestID] = op
 	return msg(op)
 }
+
+// notOfferedAnswer is Compute Engine's answer to an insert naming a
+// machine or accelerator type the zone does not offer: no operation, HTTP
+// 400, reason "invalid", and the message gcloud compute instances create
+// matches (google-cloud-sdk lib/surface/compute/instances/create.py):
+// "Invalid value for field 'resource.machineType': '<as sent>'. Machine type
+// with name '<name>' does not exist in zone '<zone>'.", the same for
+// resource.guestAccelerators[i].acceleratorType.
+func (c *cloud) notOfferedAnswer(zone string, in *computepb.Instance) *http.Response {
+	if mt := in.GetMachineType(); c.notOffered[zone+"/"+lastSegment(mt)] {
+		return apiErr(400, "invalid", fmt.Sprintf("Invalid value for field 'resource.machineType': '%s'. "+
+			"Machine type with name '%s' does not exist in zone '%s'.", mt, lastSegment(mt), zone))
+	}
+	for i, a := range in.GetGuestAccelerators() {
+		if at := a.GetAcceleratorType(); c.notOffered[zone+"/"+lastSegment(at)] {
+			return apiErr(400, "invalid", fmt.Sprintf("Invalid value for field 'resource.guestAccelerators[%d].acceleratorType': '%s'. "+
+				"Accelerator type '%s' does not exist in zone '%s'.", i, at, lastSegment(at), zone))
+		}
+	}
+	return nil
+}
+
+func lastSegment(s string) string { return s[strings.LastIndexByte(s, '/')+1:] }
 
 // newOp records a finished operation, failed with f if set.
 func (c *cloud) newOp(zone, kind string, target uint64, f *opFault) *computepb.Operation {
@@ -447,10 +487,57 @@ func msg(m proto.Message) *http.Response {
 	return jsonResponse(200, b)
 }
 
+// apiErr is Compute Engine's synchronous error envelope, as documented
+// (https://cloud.google.com/apis/design/errors#http_mapping, and the
+// v1 API's error catalog https://cloud.google.com/compute/docs/reference/rest/v1/errors):
+//
+//	{"error":{"code":400,"message":"…","errors":[{"message":"…","domain":"global","reason":"invalid"}],"status":"INVALID_ARGUMENT"}}
 func apiErr(status int, reason, message string) *http.Response {
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": status, "message": message,
-		"errors": []map[string]string{{"reason": reason, "message": message, "domain": "global"}}}})
+		"errors": []map[string]string{{"message": message, "domain": errorDomain(reason), "reason": reason}},
+		"status": rpcStatus(status)}})
 	return jsonResponse(status, b)
+}
+
+// errorDomain is the legacy error item's domain: usageLimits for the rate
+// and quota reasons, global for the rest.
+func errorDomain(reason string) string {
+	switch reason {
+	case "rateLimitExceeded", "userRateLimitExceeded", "quotaExceeded", "accessNotConfigured":
+		return "usageLimits"
+	}
+	return "global"
+}
+
+// rpcStatus is the google.rpc.Code name an HTTP status maps to in Google
+// APIs' error model (https://cloud.google.com/apis/design/errors#handling_errors).
+func rpcStatus(status int) string {
+	switch status {
+	case 400:
+		return "INVALID_ARGUMENT"
+	case 401:
+		return "UNAUTHENTICATED"
+	case 403:
+		return "PERMISSION_DENIED"
+	case 404:
+		return "NOT_FOUND"
+	case 409:
+		return "ALREADY_EXISTS"
+	case 412:
+		return "FAILED_PRECONDITION"
+	case 429:
+		return "RESOURCE_EXHAUSTED"
+	case 501:
+		return "NOT_IMPLEMENTED"
+	case 503:
+		return "UNAVAILABLE"
+	case 504:
+		return "DEADLINE_EXCEEDED"
+	}
+	if status >= 500 {
+		return "INTERNAL"
+	}
+	return "UNKNOWN"
 }
 
 func jsonResponse(status int, b []byte) *http.Response {

@@ -165,7 +165,7 @@ func status(s string) provider.InstanceStatus {
 // first error.
 func (p *Provider) Delete(ctx context.Context, loc provider.Location, vm string, ids []string) error {
 	if loc.Zone == "" {
-		return provider.Errorf(provider.InvalidRequest, p.name, "delete", "location %s has no zone", loc)
+		return p.errorf(provider.InvalidRequest, "delete", "location %s has no zone", loc)
 	}
 	name := provider.ResourceName(vm)
 	var first error

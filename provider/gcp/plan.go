@@ -69,7 +69,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 		}
 		detail, err := json.Marshal(d)
 		if err != nil {
-			return nil, provider.Errorf(provider.Failed, p.name, "plan", "encode offer detail: %w", err)
+			return nil, p.errorf(provider.Failed, "plan", "encode offer detail: %w", err)
 		}
 		for _, rp := range m.Regions {
 			for _, zone := range p.zones(rp, live, m.AcceleratorType) {

@@ -68,7 +68,7 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 	}
 	b, err := json.Marshal(prepared{Firewall: name, Tag: name, Network: p.networkPath(), Image: img})
 	if err != nil {
-		return nil, provider.Errorf(provider.Failed, p.name, "prepare", "encode: %w", err)
+		return nil, p.errorf(provider.Failed, "prepare", "encode: %w", err)
 	}
 	return b, nil
 }
@@ -144,7 +144,7 @@ func (p *Provider) resolveImage(ctx context.Context, image string) (string, erro
 	if len(parts) == 5 && parts[0] == "projects" && parts[2] == "global" && parts[3] == "images" {
 		return image, nil
 	}
-	return "", provider.Errorf(provider.InvalidRequest, p.name, "prepare",
+	return "", p.errorf(provider.InvalidRequest, "prepare",
 		"image %q: want projects/P/global/images/family/F or projects/P/global/images/I", image)
 }
 

@@ -117,3 +117,50 @@ func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 		t.Fatalf("left on the cloud: instances %v firewalls %v", live, fws)
 	}
 }
+
+// The cheapest zone does not offer the cheapest L4 machine type: the insert
+// is refused with 400 invalid "… does not exist in zone …". The launch
+// blocks that zone and succeeds in the next one, instead of aborting.
+func TestProvisionerMovesOnWhenTheZoneLacksTheMachineType(t *testing.T) {
+	ctx := context.Background()
+	c, mt := newCloud(t)
+	c.autoRun = true
+	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	t.Cleanup(clk.AutoAdvance())
+	j, err := sqlite.Open(ctx, t.TempDir()+"/journal.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	p := c.provider(t, mt, gcp.Config{}, gcp.WithInstallation(j.Installation()))
+	offers, err := p.Plan(ctx, &provider.ResourceRequest{GPU: "L4", GPUCount: 1})
+	if err != nil || len(offers) < 2 {
+		t.Fatalf("plan: %d offers, %v", len(offers), err)
+	}
+	first := offers[0]
+	c.notOffered[first.Location.Zone+"/"+first.InstanceType] = true
+
+	prov, err := gpuprov.New(j, gpuprov.WithProvider(p), gpuprov.WithClock(clk), gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prov.Close() })
+	vm, err := prov.Launch(ctx, gpuprov.Request{Name: "zonal", GPU: "l4", Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vm.State != gpuprov.StateReady || vm.Location.Zone == first.Location.Zone {
+		t.Fatalf("vm %+v", vm)
+	}
+	as, err := j.Attempts(ctx, "zonal")
+	if err != nil || len(as) != 2 || as[0].Zone != first.Location.Zone || as[0].ErrorKind != "unavailable" || as[1].ErrorKind != "" {
+		t.Fatalf("attempts %+v (%v)", as, err)
+	}
+	blocks, err := j.Blocks(ctx, clk.Now())
+	if err != nil || len(blocks) != 1 || blocks[0].Scope != "zone" || !strings.Contains(blocks[0].Key, first.Location.Zone) {
+		t.Fatalf("blocks %+v (%v)", blocks, err)
+	}
+	if err := prov.Delete(ctx, "zonal"); err != nil {
+		t.Fatal(err)
+	}
+}
