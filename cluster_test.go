@@ -242,15 +242,14 @@ func TestTwoProvisionersShareAJournal(t *testing.T) {
 		t.Fatalf("%d ready VMs, %d live instances; want 20 of each", len(vms), len(e.live()))
 	}
 
-	// p2 holds a launch in boot; p's Recover must skip it.
-	e.fake("b").BootTime = time.Hour
-	started := make(chan struct{})
-	var once sync.Once
-	p3 := e.provisioner(e.j, gpuprov.WithEvents(func(ev gpuprov.Event) {
-		if ev.Type == gpuprov.EvCreated {
-			once.Do(func() { close(started) })
-		}
-	}))
+	// p3 holds a launch, parked in its connect phase; p's Recover and
+	// Delete must leave it alone. While it is parked nothing sleeps, so the
+	// fake clock stands still and p3's lease stays live however slowly the
+	// machine runs: a launch left polling a slow boot would let the
+	// auto-advancing clock outrun p3's heartbeat (virtual seconds pass
+	// faster than real renewals land) and expire the lease for real.
+	parked := &parkedConnector{in: make(chan struct{})}
+	p3 := e.provisioner(e.j, gpuprov.WithConnector(parked))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
@@ -259,7 +258,7 @@ func TestTwoProvisionersShareAJournal(t *testing.T) {
 		_, err := p3.Launch(ctx, r)
 		done <- err
 	}()
-	<-started
+	<-parked.in
 	rep, err := e.p.Recover(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -271,6 +270,21 @@ func TestTwoProvisionersShareAJournal(t *testing.T) {
 		t.Fatalf("delete of a VM another process drives: %v", err)
 	}
 	cancel()
-	<-done
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled launch: %v", err)
+	}
 	e.assertClean("busy")
+}
+
+// parkedConnector blocks every Connect until its context ends, and says
+// when the first one started.
+type parkedConnector struct {
+	in   chan struct{}
+	once sync.Once
+}
+
+func (c *parkedConnector) Connect(ctx context.Context, n gpuprov.Node) (gpuprov.Conn, error) {
+	c.once.Do(func() { close(c.in) })
+	<-ctx.Done()
+	return nil, context.Cause(ctx)
 }
