@@ -125,16 +125,13 @@ func (p *Provider) describe(ctx context.Context, op, region string, in *ec2.Desc
 }
 
 // Observe returns the live instances of vm in loc (the zone too when loc
-// names one) carrying both identity tags. An instance Create returned
+// names one, filtered here: see inZone) carrying both identity tags. An instance Create returned
 // within the consistency window that the tag filter does not list yet is
 // looked up by id; InvalidInstanceID.NotFound for it means "not visible
 // yet", not an error.
 func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string) ([]provider.Observed, error) {
 	filters := []types.Filter{filter("tag:"+provider.LabelVM, vm), filter("tag:"+provider.LabelInstallation, p.installation),
 		filter("instance-state-name", liveStates...)}
-	if loc.Zone != "" {
-		filters = append(filters, zoneFilter(loc.Zone))
-	}
 	ins, err := p.describe(ctx, "observe", loc.Region, &ec2.DescribeInstancesInput{Filters: filters})
 	if err != nil {
 		return nil, err
@@ -142,9 +139,12 @@ func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string
 	out := make([]provider.Observed, 0, len(ins))
 	seen := map[string]bool{}
 	for _, in := range ins {
-		if tagValue(in.Tags, provider.LabelVM) == vm && tagValue(in.Tags, provider.LabelInstallation) == p.installation {
+		if tagValue(in.Tags, provider.LabelVM) != vm || tagValue(in.Tags, provider.LabelInstallation) != p.installation {
+			continue
+		}
+		seen[awssdk.ToString(in.InstanceId)] = true // listed: no lookup by id, whatever its zone
+		if inZone(in, loc.Zone) {
 			out = append(out, p.observed(loc.Region, in))
-			seen[awssdk.ToString(in.InstanceId)] = true
 		}
 	}
 	for _, id := range p.recentIDs(loc.Region, vm) {
@@ -161,7 +161,7 @@ func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string
 		}
 		for _, in := range byID {
 			o := p.observed(loc.Region, in)
-			if o.Status == provider.StatusTerminated {
+			if o.Status == provider.StatusTerminated || !inZone(in, loc.Zone) {
 				continue
 			}
 			if v := tagValue(in.Tags, provider.LabelVM); v != "" && v != vm {
@@ -176,7 +176,8 @@ func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string
 
 // List returns every live instance of this installation in loc, or in
 // every configured region (every catalog region when none is configured)
-// when loc is zero.
+// when loc is zero: one DescribeInstances (all pages) per region, with the
+// zone, when loc names one, filtered here (see inZone).
 func (p *Provider) List(ctx context.Context, loc provider.Location) ([]provider.Observed, error) {
 	regions := []string{loc.Region}
 	if loc.Region == "" {
@@ -187,9 +188,6 @@ func (p *Provider) List(ctx context.Context, loc provider.Location) ([]provider.
 	}
 	filters := []types.Filter{filter("tag:"+provider.LabelInstallation, p.installation), filter("tag-key", provider.LabelVM),
 		filter("instance-state-name", liveStates...)}
-	if loc.Zone != "" {
-		filters = append(filters, zoneFilter(loc.Zone))
-	}
 	var out []provider.Observed
 	for _, r := range regions {
 		ins, err := p.describe(ctx, "list", r, &ec2.DescribeInstancesInput{Filters: filters})
@@ -197,12 +195,27 @@ func (p *Provider) List(ctx context.Context, loc provider.Location) ([]provider.
 			return nil, err
 		}
 		for _, in := range ins {
-			if tagValue(in.Tags, provider.LabelInstallation) == p.installation && tagValue(in.Tags, provider.LabelVM) != "" {
+			if tagValue(in.Tags, provider.LabelInstallation) == p.installation && tagValue(in.Tags, provider.LabelVM) != "" && inZone(in, loc.Zone) {
 				out = append(out, p.observed(r, in))
 			}
 		}
 	}
 	return out, nil
+}
+
+// inZone reports whether in is placed in zone, given as a zone id
+// (use1-az4) or a zone name (us-east-1a); every zone matches "". Zones are
+// filtered here rather than with DescribeInstances' availability-zone-id
+// filter, which not every EC2 endpoint serves (the moto emulator answers
+// it with HTTP 500).
+func inZone(in types.Instance, zone string) bool {
+	if zone == "" {
+		return true
+	}
+	if in.Placement == nil {
+		return false
+	}
+	return awssdk.ToString(in.Placement.AvailabilityZoneId) == zone || awssdk.ToString(in.Placement.AvailabilityZone) == zone
 }
 
 // observed normalizes an instance.

@@ -62,8 +62,8 @@ func TestObserveFiltersAndStatuses(t *testing.T) {
 	fs := filters(r.Form)
 	if !slices.Equal(fs["tag:gpuprov"], []string{"st"}) || !slices.Equal(fs["tag:gpuprov-installation"], []string{installation}) ||
 		!slices.Equal(fs["instance-state-name"], []string{"pending", "running", "shutting-down", "stopping", "stopped"}) ||
-		!slices.Equal(fs["availability-zone-id"], []string{o.Location.Zone}) {
-		t.Fatalf("DescribeInstances filters %v", fs)
+		len(fs) != 3 {
+		t.Fatalf("DescribeInstances filters %v, want the identity tags and live states only (zones are filtered by the adapter)", fs)
 	}
 	e.clk.Advance(bootTime)
 	obs, _ = e.p.Observe(ctx, o.Location, "st")
@@ -251,3 +251,86 @@ func TestPrepareImage(t *testing.T) {
 		t.Fatalf("request image not used: %s", prep)
 	}
 }
+
+// List and Observe of a zone send one DescribeInstances for the region,
+// without a zone filter (some endpoints refuse availability-zone-id: moto
+// answers it with HTTP 500), and return only the zone's instances, whether
+// the zone is named by id or by name.
+func TestListAndObserveFilterTheZoneThemselves(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	ctx := context.Background()
+	offers, err := e.p.Plan(ctx, &l4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zoned []provider.Offer // two offers of us-east-1 in different zones
+	for _, o := range offers {
+		if o.Location.Region == "us-east-1" && (len(zoned) == 0 || o.Location.Zone != zoned[0].Location.Zone) {
+			zoned = append(zoned, o)
+		}
+	}
+	if len(zoned) < 2 {
+		t.Fatalf("plan has no two zones of us-east-1: %+v", offers)
+	}
+	ids := map[string]string{}
+	for i, vm := range []string{"a", "b"} {
+		o, spec := zoned[i], newSpec(t, vm)
+		prep, err := e.p.Prepare(ctx, &o, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids[vm], err = e.p.Create(ctx, &o, prep, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.clk.Advance(time.Minute) // past the consistency window: no lookups by id
+	zoneA, zoneB := zoned[0].Location, zoned[1].Location
+	byName := provider.Location{Region: "us-east-1", Zone: zoneName(zoneB.Zone)}
+
+	count := func(t *testing.T, f func() ([]provider.Observed, error)) ([]string, int) {
+		t.Helper()
+		before := len(e.f.requests("DescribeInstances"))
+		obs, err := f()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, o := range obs {
+			got = append(got, o.ID)
+		}
+		slices.Sort(got)
+		return got, len(e.f.requests("DescribeInstances")) - before
+	}
+	for _, tc := range []struct {
+		name  string
+		call  func() ([]provider.Observed, error)
+		want  []string
+		calls int
+	}{
+		{"list zone a", func() ([]provider.Observed, error) { return e.p.List(ctx, zoneA) }, []string{ids["a"]}, 1},
+		{"list zone b by name", func() ([]provider.Observed, error) { return e.p.List(ctx, byName) }, []string{ids["b"]}, 1},
+		{"list region", func() ([]provider.Observed, error) { return e.p.List(ctx, provider.Location{Region: "us-east-1"}) }, sorted(ids["a"], ids["b"]), 1},
+		{"list everywhere", func() ([]provider.Observed, error) { return e.p.List(ctx, provider.Location{}) }, sorted(ids["a"], ids["b"]), 2},
+		{"observe b in zone a", func() ([]provider.Observed, error) { return e.p.Observe(ctx, zoneA, "b") }, nil, 1},
+		{"observe b in zone b", func() ([]provider.Observed, error) { return e.p.Observe(ctx, zoneB, "b") }, []string{ids["b"]}, 1},
+		{"observe b by zone name", func() ([]provider.Observed, error) { return e.p.Observe(ctx, byName, "b") }, []string{ids["b"]}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, calls := count(t, tc.call)
+			if !slices.Equal(got, tc.want) || calls != tc.calls {
+				t.Fatalf("found %v with %d DescribeInstances, want %v with %d", got, calls, tc.want, tc.calls)
+			}
+		})
+	}
+	for _, r := range e.f.requests("DescribeInstances") {
+		fs := filters(r.Form)
+		if _, ok := fs["availability-zone-id"]; ok {
+			t.Fatalf("DescribeInstances sent the availability-zone-id filter: %v", fs)
+		}
+		if _, ok := fs["availability-zone"]; ok {
+			t.Fatalf("DescribeInstances sent the availability-zone filter: %v", fs)
+		}
+	}
+}
+
+func sorted(s ...string) []string { slices.Sort(s); return s }
