@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
 	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/internal/redact"
 	"github.com/org/gpuprov/provider"
 )
 
@@ -111,13 +112,14 @@ func (c *Config) Validate() error {
 // Endpoint points the provider at a stand-in for AWS: every EC2 and SSM
 // call goes to URL (SSMURL for SSM when set) through Client, signed with
 // the static key pair. No environment variable, profile or credential file
-// is read. Tests use it with an httpmock transport.
+// is read. Tests use it with an httpmock transport or an emulator.
 type Endpoint struct {
 	URL             string
 	SSMURL          string
 	Client          *http.Client
 	AccessKeyID     string
 	SecretAccessKey string
+	SessionToken    string // optional: temporary credentials
 }
 
 // Provider is one AWS account. It is safe for concurrent use.
@@ -136,6 +138,8 @@ type Provider struct {
 	ec2s   map[string]*ec2.Client
 	ssms   map[string]*ssm.Client
 	recent map[string][]recentCreate // region|vm → ids Create returned lately
+	creds  []awssdk.Credentials      // the credentials calls were signed with, newest last
+	sec    *redact.Secrets           // every value of creds, masked in error texts
 }
 
 // recentCreate is an id Create returned, kept for ConsistencyWindow so that
@@ -200,10 +204,11 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 			p.log.Warn("aws: configured region has no catalog entry; Plan offers nothing there", "provider", p.name, "region", r)
 		}
 	}
-	if p.endpoint != nil {
-		if p.endpoint.URL == "" || p.endpoint.Client == nil {
+	if e := p.endpoint; e != nil {
+		if e.URL == "" || e.Client == nil {
 			return nil, fmt.Errorf("aws: endpoint: URL and Client are required")
 		}
+		p.noteCredentials(awssdk.Credentials{AccessKeyID: e.AccessKeyID, SecretAccessKey: e.SecretAccessKey, SessionToken: e.SessionToken})
 		return p, nil
 	}
 	loaders := []func(*config.LoadOptions) error{config.WithRetryMaxAttempts(1)}
@@ -214,8 +219,62 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("aws: profile %q: %w", cfg.Profile, err)
 	}
+	if ac.Credentials != nil {
+		// Every set of credentials the chain hands the SDK (at the first
+		// call, and again when temporary ones are refreshed) is noted for
+		// masking; nothing is retrieved here, and a chain without
+		// credentials fails at the first call as before.
+		ac.Credentials = awssdk.NewCredentialsCache(&notingCredentials{inner: ac.Credentials, note: p.noteCredentials})
+	}
 	p.awsCfg = ac
 	return p, nil
+}
+
+// notingCredentials hands out the credentials of inner and tells note about
+// each set it retrieved.
+type notingCredentials struct {
+	inner awssdk.CredentialsProvider
+	note  func(awssdk.Credentials)
+}
+
+func (n *notingCredentials) Retrieve(ctx context.Context) (awssdk.Credentials, error) {
+	c, err := n.inner.Retrieve(ctx)
+	if err == nil {
+		n.note(c)
+	}
+	return c, err
+}
+
+// maxNotedCredentials bounds the credential sets kept for masking: the
+// current one and a few it replaced, whose calls may still be answering.
+const maxNotedCredentials = 4
+
+// noteCredentials adds c to the values masked in error texts.
+func (p *Provider) noteCredentials(c awssdk.Credentials) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range p.creds {
+		if k.AccessKeyID == c.AccessKeyID && k.SecretAccessKey == c.SecretAccessKey && k.SessionToken == c.SessionToken {
+			return
+		}
+	}
+	p.creds = append(p.creds, c)
+	if len(p.creds) > maxNotedCredentials {
+		p.creds = p.creds[len(p.creds)-maxNotedCredentials:]
+	}
+	var values []string
+	for _, k := range p.creds {
+		values = append(values, k.AccessKeyID, k.SecretAccessKey, k.SessionToken)
+	}
+	p.sec = redact.New(values...)
+}
+
+// secrets returns the values masked in error texts (nil before any call
+// was signed).
+func (p *Provider) secrets() *redact.Secrets {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sec
 }
 
 // Name returns the provider name.
@@ -279,7 +338,7 @@ func (p *Provider) ec2For(region string) *ec2.Client {
 	var c *ec2.Client
 	if e := p.endpoint; e != nil {
 		c = ec2.New(ec2.Options{Region: region, BaseEndpoint: awssdk.String(e.URL), HTTPClient: e.Client,
-			Credentials:      credentials.NewStaticCredentialsProvider(e.AccessKeyID, e.SecretAccessKey, ""),
+			Credentials:      credentials.NewStaticCredentialsProvider(e.AccessKeyID, e.SecretAccessKey, e.SessionToken),
 			RetryMaxAttempts: 1})
 	} else {
 		c = ec2.NewFromConfig(p.awsCfg, func(o *ec2.Options) { o.Region = region; o.RetryMaxAttempts = 1 })
@@ -302,7 +361,7 @@ func (p *Provider) ssmFor(region string) *ssm.Client {
 			u = e.URL
 		}
 		c = ssm.New(ssm.Options{Region: region, BaseEndpoint: awssdk.String(u), HTTPClient: e.Client,
-			Credentials:      credentials.NewStaticCredentialsProvider(e.AccessKeyID, e.SecretAccessKey, ""),
+			Credentials:      credentials.NewStaticCredentialsProvider(e.AccessKeyID, e.SecretAccessKey, e.SessionToken),
 			RetryMaxAttempts: 1})
 	} else {
 		c = ssm.NewFromConfig(p.awsCfg, func(o *ssm.Options) { o.Region = region; o.RetryMaxAttempts = 1 })
@@ -320,8 +379,9 @@ func (p *Provider) call(ctx context.Context, op string, f func(ctx context.Conte
 	if err == nil {
 		return nil
 	}
-	p.log.Debug("aws: call failed", "provider", p.name, "op", op, "err", err)
-	return p.classify(ctx, op, err)
+	pe := p.classify(ctx, op, err)
+	p.log.Debug("aws: call failed", "provider", p.name, "op", op, "err", pe) // masked
+	return pe
 }
 
 // remember records an id Create returned.

@@ -232,19 +232,66 @@ func kindOf(err error) (provider.ErrorKind, provider.Scope) {
 	return provider.Failed, provider.ScopeDefault
 }
 
-// classify wraps err as the *provider.Error of op. A call cut short by the
-// caller's own context is Transient and still matches context.Canceled or
-// context.DeadlineExceeded; one cut short by the per-call timeout is
-// Transient.
+// classify wraps err as the *provider.Error of op, with its kind and scope
+// decided first and the adapter's credentials masked after (see scrub). A
+// call cut short by the caller's own context is Transient and still matches
+// context.Canceled or context.DeadlineExceeded; one cut short by the
+// per-call timeout is Transient.
 func (p *Provider) classify(ctx context.Context, op string, err error) *provider.Error {
-	if ctx.Err() != nil {
-		return &provider.Error{Kind: provider.Transient, Op: op, Provider: p.name,
+	var pe *provider.Error
+	switch {
+	case ctx.Err() != nil:
+		pe = &provider.Error{Kind: provider.Transient, Op: op, Provider: p.name,
 			Err: fmt.Errorf("%w (%v)", context.Cause(ctx), err)}
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return &provider.Error{Kind: provider.Transient, Op: op, Provider: p.name,
+	case errors.Is(err, context.DeadlineExceeded):
+		pe = &provider.Error{Kind: provider.Transient, Op: op, Provider: p.name,
 			Err: fmt.Errorf("no answer within %s: %w", p.requestTimeout(), err)}
+	default:
+		kind, scope := kindOf(err)
+		pe = &provider.Error{Kind: kind, Op: op, Provider: p.name, Err: err, Block: scope, RetryAfter: retryAfter(err)}
 	}
-	kind, scope := kindOf(err)
-	return &provider.Error{Kind: kind, Op: op, Provider: p.name, Err: err, Block: scope, RetryAfter: retryAfter(err)}
+	p.scrub(ctx, pe)
+	return pe
 }
+
+// scrub masks the adapter's credentials (access key id, secret access key,
+// session token, in every form redact knows) in pe's text: an answer from
+// EC2 or from a proxy in front of it may echo the request's Authorization
+// or X-Amz-Security-Token header back, and the core journals, prints and
+// hands on every error text. A masked error keeps what callers branch on:
+// the AWS error code (ErrorCode, IsCode, errors.As to smithy.APIError) and
+// the caller's context error; the rest of the vendor's chain is cut off,
+// since a vendor type reached through errors.As could still hand out the
+// unmasked text.
+func (p *Provider) scrub(ctx context.Context, pe *provider.Error) {
+	sec := p.secrets()
+	if pe.Err == nil || !sec.Contains(pe.Err.Error()) {
+		return
+	}
+	m := &maskedError{err: sec.Error(pe.Err), code: sec.String(ErrorCode(pe.Err))}
+	var ae smithy.APIError
+	if errors.As(pe.Err, &ae) {
+		m.message, m.fault = sec.String(ae.ErrorMessage()), ae.ErrorFault()
+	}
+	if ctx.Err() != nil {
+		m.cause = context.Cause(ctx)
+	}
+	pe.Err = m
+}
+
+// maskedError is an error whose text had credentials in it. It is a
+// smithy.APIError when the original carried an AWS error code, and it
+// unwraps to the caller's context error when that ended the call.
+type maskedError struct {
+	err     error // the masked text
+	code    string
+	message string
+	fault   smithy.ErrorFault
+	cause   error
+}
+
+func (m *maskedError) Error() string                 { return m.err.Error() }
+func (m *maskedError) Unwrap() error                 { return m.cause }
+func (m *maskedError) ErrorCode() string             { return m.code }
+func (m *maskedError) ErrorMessage() string          { return m.message }
+func (m *maskedError) ErrorFault() smithy.ErrorFault { return m.fault }
