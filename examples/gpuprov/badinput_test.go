@@ -27,6 +27,7 @@ func TestCLIBadInput(t *testing.T) {
 		env     []string
 		args    []string
 		want    []string // substrings of stderr
+		not     []string // what stderr must not say
 		oneLine bool
 	}{
 		{name: "unknown GPU", config: good, args: []string{"up", "--gpu", "nosuchgpu", "--name", "x1"},
@@ -48,6 +49,42 @@ func TestCLIBadInput(t *testing.T) {
 		{name: "unknown adapter", config: "[nocloud]\nkey = 1\n", args: []string{"list"},
 			want: []string{"config.toml:1:", "nocloud", "sim"}, oneLine: true},
 		{name: "malformed TOML", config: good + "\n[broken\n", args: []string{"list"}, want: []string{"config.toml:"}, oneLine: true},
+		// A typed zero is refused wherever it was typed; only an absent flag takes the default.
+		{name: "count zero", config: good, args: []string{"up", "--gpu", "h100", "--name", "z1", "--count", "0"},
+			want: []string{"--count 0", "1 to 64"}, oneLine: true},
+		{name: "count negative", config: good, args: []string{"up", "--gpu", "h100", "--name", "z1", "--count", "-2"},
+			want: []string{"--count -2"}, oneLine: true},
+		{name: "max-price zero", config: good, args: []string{"up", "--gpu", "h100", "--name", "z1", "--max-price", "0"},
+			want: []string{"--max-price 0", "leave the flag out for no limit"}, oneLine: true},
+		{name: "max-price negative", config: good, args: []string{"up", "--gpu", "h100", "--name", "z1", "--max-price=-1"},
+			want: []string{"--max-price -1"}, oneLine: true},
+		{name: "timeout zero", config: good, args: []string{"up", "--gpu", "h100", "--name", "z1", "--timeout", "0s"},
+			want: []string{"--timeout 0s"}, oneLine: true},
+		{name: "nodes zero", config: good, args: []string{"up", "--gpu", "h100", "--name", "z1", "--nodes", "0"},
+			want: []string{"--nodes 0", "1 to 1000"}, oneLine: true},
+		{name: "min-nodes zero", config: good, args: []string{"up", "--gpu", "h100", "--name", "z1", "--nodes", "2", "--min-nodes", "0"},
+			want: []string{"--min-nodes 0"}, oneLine: true},
+		{name: "min-nodes without nodes", config: good, args: []string{"up", "--gpu", "h100", "--name", "z1", "--min-nodes", "1"},
+			want: []string{"--min-nodes needs --nodes"}, oneLine: true},
+		{name: "offers count zero", config: good, args: []string{"offers", "--gpu", "h100", "--count", "0"},
+			want: []string{"--count 0"}, oneLine: true},
+		{name: "offers max-price zero", config: good, args: []string{"offers", "--gpu", "h100", "--max-price", "0"},
+			want: []string{"--max-price 0"}, oneLine: true},
+		{name: "demo nodes zero", args: []string{"demo", "--nodes", "0"}, want: []string{"--nodes 0"}, oneLine: true},
+		{name: "sweep negative grace", config: good, args: []string{"sweep", "--grace", "-1m"},
+			want: []string{"--grace -1m0s"}, oneLine: true},
+		// A GPU typo suggests the nearest name instead of listing the table.
+		{name: "GPU typo", config: good, args: []string{"up", "--gpu", "H1OO", "--name", "x1"},
+			want: []string{`unknown GPU "H1OO": did you mean H100-80GB?`}, not: []string{"known:", "A6000"}, oneLine: true},
+		// Names are checked alike by every command, before anything is opened.
+		{name: "bad VM name for show", config: good, args: []string{"show", "Bad_Name"}, want: []string{"name", "Bad_Name"}, oneLine: true},
+		{name: "bad VM name for health", config: good, args: []string{"health", "Bad_Name"}, want: []string{"name", "Bad_Name"}, oneLine: true},
+		{name: "bad VM name for ssh", config: good, args: []string{"ssh", "Bad_Name"}, want: []string{"name", "Bad_Name"}, oneLine: true},
+		// A value of the wrong type names the key, the line and the types.
+		{name: "wrong type in a provider table", config: strings.Replace(good, "poll_interval", "requests_per_second = \"fast\"\npoll_interval", 1),
+			args: []string{"list"}, want: []string{"config.toml:" + strconv.Itoa(lineOf(good, "poll_interval")) + `: key "sim-a.requests_per_second": want a number, got a string`}, oneLine: true},
+		{name: "wrong type at the top", config: "default_regions = \"us-east\"\n" + good, args: []string{"list"},
+			want: []string{`config.toml:1: key "default_regions": want a list of strings, got a string`}, oneLine: true},
 		{name: "no config", args: []string{"up", "--gpu", "h100"}, want: []string{"no providers configured", "gpuprov demo", "sim serve", "[sim-a]"}},
 		{name: "state directory cannot be created", config: good, env: []string{"XDG_STATE_HOME=" + filepath.Join(blocker, "state")},
 			args: []string{"up", "--gpu", "h100", "--name", "x2"}, want: []string{"cannot create journal directory", blocker, "not a directory"}, oneLine: true},
@@ -70,6 +107,14 @@ func TestCLIBadInput(t *testing.T) {
 				if !strings.Contains(r.stderr, w) {
 					t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
 				}
+			}
+			for _, w := range tt.not {
+				if strings.Contains(r.stderr, w) {
+					t.Errorf("stderr has %q:\n%s", w, r.stderr)
+				}
+			}
+			if strings.Contains(r.stderr, "struct") || strings.Contains(r.stderr, ": gpuprov: ") || strings.HasPrefix(r.stderr, "gpuprov: gpuprov: ") {
+				t.Errorf("want one sentence with one prefix, got:\n%s", r.stderr)
 			}
 			if tt.oneLine && strings.Count(strings.TrimSuffix(r.stderr, "\n"), "\n") != 0 {
 				t.Errorf("want a one-line error, got:\n%s", r.stderr)

@@ -88,7 +88,7 @@ func parseConfig(path string, b []byte) (*fileConfig, error) {
 	}
 	v := reflect.New(reflect.StructOf(fields))
 	if err := strictDecode(b, v.Interface()); err != nil {
-		return nil, tomlError(path, err)
+		return nil, typeError(path, err, doc, v.Elem().Type())
 	}
 	cfg := &fileConfig{
 		Path:           path,
@@ -157,7 +157,7 @@ func (c *fileConfig) decoder(name string) func(into any) error {
 			}
 		}
 		if err != nil {
-			return tomlError(c.Path, err)
+			return typeError(c.Path, err, doc, v.Elem().Type())
 		}
 		rv.Elem().Set(v.Elem().Field(0))
 		return nil
@@ -193,6 +193,116 @@ func tomlError(path string, err error) error {
 		return ce
 	}
 	return configErrorf("%s: %s", path, strings.TrimPrefix(err.Error(), "toml: "))
+}
+
+// typeError renders a value of the wrong type as the user wrote it:
+// file:line: key "a.b": want a number, got a string. The wanted type is
+// read from the field the key decodes into (root is the decoded struct),
+// the given one from the parsed document; any other error goes to
+// tomlError.
+func typeError(path string, err error, doc map[string]any, root reflect.Type) error {
+	var de *toml.DecodeError
+	if !errors.As(err, &de) || len(de.Key()) == 0 {
+		return tomlError(path, err)
+	}
+	key := de.Key()
+	want, okWant := fieldType(root, key)
+	got, okGot := docValue(doc, key)
+	if !okWant || !okGot {
+		return tomlError(path, err)
+	}
+	row, _ := de.Position()
+	return configErrorf("%s:%d: key %q: want %s, got %s", path, row, strings.Join(key, "."), typeWords(want), valueWords(got))
+}
+
+// fieldType follows key through the toml tags (or field names) of t.
+func fieldType(t reflect.Type, key []string) (reflect.Type, bool) {
+	for _, k := range key {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch t.Kind() {
+		case reflect.Map:
+			t = t.Elem()
+		case reflect.Struct:
+			f, ok := structField(t, k)
+			if !ok {
+				return nil, false
+			}
+			t = f.Type
+		default:
+			return nil, false
+		}
+	}
+	return t, true
+}
+
+func structField(t reflect.Type, k string) (reflect.StructField, bool) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if name == k || (name == "" && strings.EqualFold(f.Name, k)) {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// docValue is the value at key in a parsed TOML document.
+func docValue(doc map[string]any, key []string) (any, bool) {
+	var v any = doc
+	for _, k := range key {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if v, ok = m[k]; !ok {
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// typeWords names a Go type the way a config's author thinks of it.
+func typeWords(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.String {
+			return "a list of strings"
+		}
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "a table"
+	}
+	return "a value of another type"
+}
+
+// valueWords names the type of a value go-toml parsed.
+func valueWords(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a number"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a table"
+	}
+	return "a date or time"
 }
 
 // tableLine finds the line of the [name] header, for messages about a table

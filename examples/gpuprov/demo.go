@@ -38,6 +38,9 @@ form a (simulated) k3s cluster, check health, tear everything down and prove
 that nothing is left running. No account, no credentials, no network.`,
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if o.Nodes < 1 {
+				return usageErrorf("--nodes %d: want 1 node or more", o.Nodes)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			o.Out = e.stdout
@@ -54,7 +57,7 @@ that nothing is left running. No account, no credentials, no network.`,
 			return nil
 		}),
 	}
-	cmd.Flags().IntVar(&o.Nodes, "nodes", o.Nodes, "cluster nodes")
+	cmd.Flags().IntVar(&o.Nodes, "nodes", o.Nodes, "cluster nodes (1 or more)")
 	return cmd
 }
 

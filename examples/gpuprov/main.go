@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/journal"
 
 	// Journal backends and cloud adapters, registered for their side effect.
 	// Every adapter under provider/ that builds is listed here; add new ones.
@@ -57,6 +58,10 @@ func classify(err error) *exitError {
 	switch {
 	case errors.As(err, &ce), errors.As(err, &de), errors.Is(err, gpuprov.ErrInvalidRequest):
 		return &exitError{code: exitUsage, err: err}
+	case errors.Is(err, journal.ErrExists):
+		// A launch under a name a VM that is not deleted holds: refused
+		// before anything was created for it.
+		return &exitError{code: exitUsage, err: err}
 	}
 	return &exitError{code: exitFailure, err: err}
 }
@@ -100,7 +105,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if !errors.As(ee.err, &ce) {
 			msg = strings.TrimSpace(msg)
 		}
-		fmt.Fprintf(stderr, "gpuprov: %s\n", msg)
+		fmt.Fprintf(stderr, "gpuprov: %s\n", onePrefix(msg))
 	}
 	return ee.code
+}
+
+// onePrefix drops the "gpuprov: " that the library's errors carry at each
+// level they were wrapped ("gpuprov: launch x failed: gpuprov: no offers"):
+// the CLI prints the one prefix. A path ending in /gpuprov is left alone.
+func onePrefix(msg string) string {
+	msg = strings.TrimPrefix(msg, "gpuprov: ")
+	return strings.ReplaceAll(msg, ": gpuprov: ", ": ")
 }

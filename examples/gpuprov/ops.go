@@ -31,10 +31,8 @@ func newDownCmd(e *env) *cobra.Command {
 			case !all && len(args) == 0:
 				return usageErrorf("name the VMs to delete, or use --all")
 			}
-			for _, a := range args {
-				if err := gpuprov.ValidateName(a); err != nil {
-					return err
-				}
+			if err := validateNames(args); err != nil {
+				return err
 			}
 			return down(cmd.Context(), e, args, all)
 		}),
@@ -67,7 +65,7 @@ func down(ctx context.Context, e *env, names []string, all bool) error {
 		}
 	} else {
 		for _, n := range names {
-			if _, err := s.p.Get(ctx, n); err != nil {
+			if _, err := getVM(ctx, s.p, n); err != nil {
 				pr.Stop()
 				return err
 			}
@@ -174,12 +172,16 @@ in state deleting.`,
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			opts, err := sweepOptions(del, grace)
+			if err != nil {
+				return err
+			}
 			s, err := e.open(ctx, sessionOptions{})
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			orphans, err := s.p.Sweep(ctx, gpuprov.SweepOptions{Delete: del, Grace: grace})
+			orphans, err := s.p.Sweep(ctx, opts)
 			if len(orphans) == 0 && err == nil {
 				fmt.Fprintln(e.stdout, "no orphans")
 				return nil
@@ -202,6 +204,20 @@ in state deleting.`,
 		}),
 	}
 	cmd.Flags().BoolVar(&del, "delete", false, "delete the orphans found (default: report only)")
-	cmd.Flags().DurationVar(&grace, "grace", 10*time.Minute, "ignore instances younger than this (covers listing lag and launches in flight)")
+	cmd.Flags().DurationVar(&grace, "grace", gpuprov.DefaultSweepGrace,
+		"ignore instances younger than this (covers listing lag and launches in flight); 0: none, however young")
 	return cmd
+}
+
+// sweepOptions turns the flags into the library's options: --grace 0 means
+// no grace at all (gpuprov.NoGrace), as a user reads it, not the library's
+// zero value (its default); a negative grace is refused.
+func sweepOptions(del bool, grace time.Duration) (gpuprov.SweepOptions, error) {
+	switch {
+	case grace < 0:
+		return gpuprov.SweepOptions{}, usageErrorf("--grace %v: want a duration of 0 or more", grace)
+	case grace == 0:
+		grace = gpuprov.NoGrace
+	}
+	return gpuprov.SweepOptions{Delete: del, Grace: grace}, nil
 }

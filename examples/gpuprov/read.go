@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -88,7 +90,19 @@ func price(p float64) string {
 	if p == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("$%.2f", p)
+	return usd(p)
+}
+
+// usd prints a price as a user reads it: cents as usual ($2.50), and every
+// digit a smaller or finer price has, up to a millionth ($0.0001), so that a
+// cap never prints as "$0.00" (the library's errors print prices alike).
+func usd(p float64) string {
+	s := strconv.FormatFloat(math.Round(p*1e6)/1e6, 'f', -1, 64)
+	whole, frac, _ := strings.Cut(s, ".")
+	for len(frac) < 2 {
+		frac += "0"
+	}
+	return "$" + whole + "." + frac
 }
 
 // age renders a duration the way kubectl does: 45s, 12m, 3h, 2d.
@@ -124,13 +138,16 @@ func newShowCmd(e *env) *cobra.Command {
 			if err := checkOutput(out); err != nil {
 				return err
 			}
+			if err := validateNames(args); err != nil {
+				return err
+			}
 			s, err := e.open(cmd.Context(), sessionOptions{})
 			if err != nil {
 				return err
 			}
 			defer s.Close()
 			ctx := cmd.Context()
-			vm, err := s.p.Get(ctx, args[0])
+			vm, err := getVM(ctx, s.p, args[0])
 			if err != nil {
 				return err
 			}
@@ -166,7 +183,7 @@ func printShow(e *env, so showOutput) {
 	fmt.Fprintf(w, "State:      %s\n", state)
 	fmt.Fprintf(w, "Request:    %s×%d", v.Request.GPU, max(v.Request.GPUCount, 1))
 	if v.Request.MaxPricePerHour > 0 {
-		fmt.Fprintf(w, " under $%.2f/h", v.Request.MaxPricePerHour)
+		fmt.Fprintf(w, " under %s/h", usd(v.Request.MaxPricePerHour))
 	}
 	fmt.Fprintln(w)
 	if v.Provider != "" {
@@ -219,13 +236,14 @@ func newOffersCmd(e *env) *cobra.Command {
 			if err := checkOutput(out); err != nil {
 				return err
 			}
+			f.changed = cmd.Flags().Changed
 			return offers(cmd.Context(), e, &f, out)
 		}),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.gpu, "gpu", "", "GPU model or alias (required)")
 	fl.IntVar(&f.count, "count", 1, "GPUs per machine")
-	fl.Float64Var(&f.maxPrice, "max-price", 0, "highest price per machine-hour in USD (0: no limit)")
+	fl.Float64Var(&f.maxPrice, "max-price", 0, "highest price per machine-hour in USD (default: no limit)")
 	fl.StringVar(&f.spot, "spot", "no", "spot capacity: no, yes or any")
 	fl.Lookup("spot").NoOptDefVal = "yes"
 	fl.StringArrayVar(&f.providers, "provider", nil, "restrict to this provider (repeatable)")
@@ -285,15 +303,19 @@ func offers(ctx context.Context, e *env, f *upFlags, out string) error {
 		if it.Blocked != nil {
 			note = fmt.Sprintf("blocked until %s (%s)", it.Blocked.Until.Local().Format("15:04"), it.Blocked.ErrorKind)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s×%d\t%d\t%.0fG\t$%.2f\t%v\t%s\n", it.Provider, it.Location, it.InstanceType,
-			it.GPU, it.GPUCount, it.VCPUs, it.MemoryGB, it.PricePerHour, it.Spot, note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s×%d\t%d\t%.0fG\t%s\t%v\t%s\n", it.Provider, it.Location, it.InstanceType,
+			it.GPU, it.GPUCount, it.VCPUs, it.MemoryGB, usd(it.PricePerHour), it.Spot, note)
 	}
 	tw.Flush()
 	for name, perr := range res.Errors {
 		fmt.Fprintf(e.stderr, "warning: provider %s skipped: %s\n", name, oneLine(perr.Error()))
 	}
 	if len(items) == 0 {
-		fmt.Fprintln(e.stderr, "no offers match")
+		why := res.Explanation
+		if why == "" {
+			why = "no offers match"
+		}
+		fmt.Fprintln(e.stderr, why)
 	}
 	return nil
 }
@@ -314,6 +336,9 @@ func newHealthCmd(e *env) *cobra.Command {
 		ValidArgsFunction: completeVMs(e),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(out); err != nil {
+				return err
+			}
+			if err := validateNames(args); err != nil {
 				return err
 			}
 			s, err := e.open(cmd.Context(), sessionOptions{})
@@ -357,7 +382,7 @@ func health(ctx context.Context, p *gpuprov.Provisioner, names []string) ([]heal
 	}
 	items := []healthItem{}
 	for _, name := range names {
-		if _, err := p.Get(ctx, name); err != nil {
+		if _, err := getVM(ctx, p, name); err != nil {
 			return nil, err
 		}
 		d, err := p.Health(ctx, name)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -82,6 +84,28 @@ func checkOutput(out string) error {
 		return usageErrorf("--output %q: want table or json", out)
 	}
 	return nil
+}
+
+// validateNames checks VM names the way every command does (the library's
+// gpuprov.ValidateName), before anything is opened: a name no command could
+// have created is bad input, exit 2, whatever the command.
+func validateNames(names []string) error {
+	for _, n := range names {
+		if err := gpuprov.ValidateName(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// getVM returns the VM named name. An unknown name is bad input (exit 2)
+// said in one sentence, not the journal's chain of wrapped errors.
+func getVM(ctx context.Context, p *gpuprov.Provisioner, name string) (*gpuprov.VM, error) {
+	vm, err := p.Get(ctx, name)
+	if errors.Is(err, gpuprov.ErrNotFound) {
+		return nil, usageErrorf("no VM named %s in the journal (`gpuprov list -a` lists them)", name)
+	}
+	return vm, err
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,15 +95,29 @@ func checkDir(what, dir string) error {
 }
 
 // ensureDir creates dir (and its parents) with mode 0700 if it does not
-// exist, after checkDir.
-func ensureDir(what, dir string) error {
+// exist, after checkDir. undo removes what it created (nothing when dir
+// existed), for a caller whose next step failed and must leave nothing behind.
+func ensureDir(what, dir string) (undo func(), err error) {
 	if err := checkDir(what, dir); err != nil {
-		return err
+		return nil, err
+	}
+	var created []string // deepest first
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		created = append(created, d)
+	}
+	undo = func() {
+		for _, d := range created {
+			_ = os.Remove(d) // only removes an empty directory: never anything another process put there
+		}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return &dirError{fmt.Sprintf("cannot create %s %s: %v", what, dir, errors.Unwrap(err))}
+		undo()
+		return nil, &dirError{fmt.Sprintf("cannot create %s %s: %v", what, dir, errors.Unwrap(err))}
 	}
-	return nil
+	return undo, nil
 }
 
 // journalURL is the configured journal, or the default sqlite file.
@@ -128,28 +143,52 @@ func (e *env) journalDir(cfg *fileConfig) (string, error) {
 }
 
 // openJournal opens the journal, creating the directory of a sqlite file
-// first (0700).
+// first (0700). A journal that cannot be opened leaves nothing behind: the
+// directories created for it are removed (the sqlite backend itself creates
+// nothing beside a file it refuses).
 func (e *env) openJournal(ctx context.Context, cfg *fileConfig) (journal.Journal, error) {
 	url := e.journalURL(cfg)
 	dir, err := e.journalDir(cfg)
 	if err != nil {
 		return nil, err
 	}
+	undo := func() {}
 	if dir != "" {
-		if err := ensureDir("journal directory", dir); err != nil {
+		if undo, err = ensureDir("journal directory", dir); err != nil {
 			return nil, err
 		}
 	}
 	j, err := journal.Open(ctx, url)
 	if err != nil {
-		return nil, &dirError{fmt.Sprintf("journal %s: %v", url, err)}
+		undo()
+		return nil, &dirError{journalProblem(url, err)}
 	}
 	return j, nil
 }
 
+// journalProblem says in one sentence why the journal at url cannot be
+// used. The sqlite backend's errors name the file already; other URLs are
+// shown without their password.
+func journalProblem(url string, err error) string {
+	msg := err.Error()
+	if _, ok := strings.CutPrefix(url, "sqlite:"); ok {
+		return "cannot use the journal: " + strings.TrimPrefix(msg, "journal/sqlite: ")
+	}
+	return fmt.Sprintf("cannot use the journal %s: %s", redactURL(url), msg)
+}
+
+// redactURL hides the password of a journal URL (postgres://user:pw@host/db).
+func redactURL(s string) string {
+	u, err := neturl.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
 // clientKey loads the CLI's SSH key, generating it on first use (0600).
 func (e *env) clientKey() (ssh.KeyPair, error) {
-	if err := ensureDir("state directory", e.stateDir); err != nil {
+	if _, err := ensureDir("state directory", e.stateDir); err != nil {
 		return ssh.KeyPair{}, err
 	}
 	path := e.keyPath()
@@ -250,12 +289,15 @@ func (e *env) openChecked(ctx context.Context, cfg *fileConfig, so sessionOption
 	if err := checkDir("state directory", e.stateDir); err != nil {
 		return nil, err
 	}
-	key, err := e.clientKey()
+	// The journal first: one that cannot be used (a foreign file, another
+	// program's database) must not leave a new key behind.
+	j, err := e.openJournal(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	j, err := e.openJournal(ctx, cfg)
+	key, err := e.clientKey()
 	if err != nil {
+		j.Close()
 		return nil, err
 	}
 	log := e.logger()

@@ -100,7 +100,7 @@ func simServe(ctx context.Context, out io.Writer, addr, state, config string, fa
 	if opts.StateFile == "" {
 		opts.StateFile = state
 	}
-	if err := ensureDir("simulator state directory", filepath.Dir(opts.StateFile)); err != nil {
+	if _, err := ensureDir("simulator state directory", filepath.Dir(opts.StateFile)); err != nil {
 		return err
 	}
 	attachK3s(&opts, opts.StateFile+".k3s")

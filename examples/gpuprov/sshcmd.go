@@ -40,7 +40,7 @@ host-key checking is never turned off.`,
 			if err != nil {
 				return err
 			}
-			vm, err := s.p.Get(ctx, name)
+			vm, err := getVM(ctx, s.p, name)
 			s.Close() // the journal is not needed any more; the key is in s
 			if err != nil {
 				return err

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -33,6 +34,10 @@ type upFlags struct {
 	nodes      int
 	minNodes   int
 	kubeconfig string
+
+	// changed reports whether the user typed a flag: only an absent flag
+	// takes its default, a typed zero is refused.
+	changed func(name string) bool
 }
 
 func newUpCmd(e *env) *cobra.Command {
@@ -51,20 +56,23 @@ once and leaves the rest to 'gpuprov recover'.`,
   gpuprov up --gpu h100 --count 8 --max-price 25 --provider aws --region us-east-1
   gpuprov up --gpu h100 --nodes 3 --name k --kubeconfig ./k.yaml`,
 		Args: cobra.NoArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error { return up(cmd.Context(), e, &f) }),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			f.changed = cmd.Flags().Changed
+			return up(cmd.Context(), e, &f)
+		}),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.name, "name", "", "VM (or cluster) name; default <gpu>-<random>")
 	fl.StringVar(&f.gpu, "gpu", "", "GPU model or alias (h100, A100-80GB, l4, ...) (required)")
 	fl.IntVar(&f.count, "count", 1, "GPUs per machine")
-	fl.Float64Var(&f.maxPrice, "max-price", 0, "highest price per machine-hour in USD (0: no limit)")
+	fl.Float64Var(&f.maxPrice, "max-price", 0, "highest price per machine-hour in USD (default: no limit)")
 	fl.StringVar(&f.spot, "spot", "no", "spot capacity: no, yes (spot only) or any (either, cheapest first)")
 	fl.Lookup("spot").NoOptDefVal = "yes"
 	fl.StringArrayVar(&f.providers, "provider", nil, "restrict to this provider (repeatable)")
 	fl.StringArrayVar(&f.regions, "region", nil, "restrict to this region (repeatable; default: default_regions from the config)")
 	fl.DurationVar(&f.timeout, "timeout", gpuprov.DefaultTimeout, "give up (and tear down) after this long")
-	fl.IntVar(&f.nodes, "nodes", 0, "launch a k3s cluster of N nodes")
-	fl.IntVar(&f.minNodes, "min-nodes", 0, "with --nodes: how many must be ready (default all)")
+	fl.IntVar(&f.nodes, "nodes", 0, "launch a k3s cluster of N nodes (1 to 1000)")
+	fl.IntVar(&f.minNodes, "min-nodes", 0, "with --nodes: how many must be ready (default: all)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "with --nodes: write the cluster's kubeconfig to PATH (mode 0600)")
 	_ = cmd.RegisterFlagCompletionFunc("gpu", cobra.FixedCompletions(provider.GPUNames(), cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("spot", cobra.FixedCompletions([]string{"no", "yes", "any"}, cobra.ShellCompDirectiveNoFileComp))
@@ -80,6 +88,9 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 	}
 	if len(req.Regions) == 0 {
 		req.Regions = cfg.DefaultRegions
+	}
+	if err := f.checkNumbers(); err != nil {
+		return req, err
 	}
 	switch f.spot {
 	case "no", "false", "":
@@ -110,14 +121,7 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 	if err := gpuprov.ValidateName(name); err != nil {
 		return req, err
 	}
-	switch {
-	case req.Timeout <= 0:
-		return req, &gpuprov.RequestError{Field: "timeout", Problem: "must be positive"}
-	case f.nodes < 0 || f.nodes > 1000:
-		return req, &gpuprov.RequestError{Field: "nodes", Problem: fmt.Sprintf("%d is not between 1 and 1000", f.nodes)}
-	case f.minNodes < 0 || f.minNodes > f.nodes:
-		return req, &gpuprov.RequestError{Field: "min-nodes", Problem: fmt.Sprintf("%d is not between 0 and --nodes", f.minNodes)}
-	case f.kubeconfig != "" && f.nodes == 0:
+	if f.kubeconfig != "" && f.nodes == 0 {
 		return req, usageErrorf("--kubeconfig needs --nodes")
 	}
 	var names []string
@@ -128,6 +132,28 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 		return req, err
 	}
 	return req, nil
+}
+
+// checkNumbers refuses a numeric flag the user typed with a value out of
+// range, zero included: only an absent flag takes its default, so that
+// `--count 0` is an error and not a silent 1-GPU machine.
+func (f *upFlags) checkNumbers() error {
+	typed := func(name string) bool { return f.changed != nil && f.changed(name) }
+	switch {
+	case typed("count") && (f.count < 1 || f.count > 64):
+		return usageErrorf("--count %d: want 1 to 64 GPUs per machine", f.count)
+	case typed("max-price") && !(f.maxPrice > 0 && !math.IsInf(f.maxPrice, 0)):
+		return usageErrorf("--max-price %v: want a positive price in USD per machine-hour (leave the flag out for no limit)", f.maxPrice)
+	case typed("timeout") && f.timeout <= 0:
+		return usageErrorf("--timeout %v: want a positive duration such as 20m", f.timeout)
+	case typed("nodes") && (f.nodes < 1 || f.nodes > 1000):
+		return usageErrorf("--nodes %d: want 1 to 1000 nodes", f.nodes)
+	case typed("min-nodes") && !typed("nodes"):
+		return usageErrorf("--min-nodes needs --nodes")
+	case typed("min-nodes") && (f.minNodes < 1 || f.minNodes > f.nodes):
+		return usageErrorf("--min-nodes %d: want 1 to --nodes (%d)", f.minNodes, f.nodes)
+	}
+	return nil
 }
 
 func up(ctx context.Context, e *env, f *upFlags) error {
@@ -166,8 +192,8 @@ func up(ctx context.Context, e *env, f *upFlags) error {
 		if err != nil {
 			return launchError(intr, err)
 		}
-		fmt.Fprintf(e.stdout, "%s is ready: %s %s, %s, %s×%d, $%.2f/h\n", vm.Name, vm.Provider, vm.Location,
-			vm.InstanceID, vm.GPU, vm.GPUCount, vm.PricePerHour)
+		fmt.Fprintf(e.stdout, "%s is ready: %s %s, %s, %s×%d, %s/h\n", vm.Name, vm.Provider, vm.Location,
+			vm.InstanceID, vm.GPU, vm.GPUCount, usd(vm.PricePerHour))
 		fmt.Fprintf(e.stdout, "  gpuprov ssh %s          # log in\n  gpuprov down %s         # delete it\n", vm.Name, vm.Name)
 		return nil
 	}
@@ -179,7 +205,7 @@ func up(ctx context.Context, e *env, f *upFlags) error {
 	fmt.Fprintf(e.stdout, "cluster %s is ready: server %s, API %s\n", cl.Name, cl.Server, cl.URL)
 	for _, n := range cl.Nodes {
 		if n != nil && n.State == gpuprov.StateReady {
-			fmt.Fprintf(e.stdout, "  %-24s %s %s, $%.2f/h\n", n.Name, n.Provider, n.Location, n.PricePerHour)
+			fmt.Fprintf(e.stdout, "  %-24s %s %s, %s/h\n", n.Name, n.Provider, n.Location, usd(n.PricePerHour))
 		}
 	}
 	for name, err := range cl.Errors {
