@@ -80,9 +80,10 @@ func TestPlanFromEmbeddedCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// g2-standard-8 is offered in 14 zones of five regions; us-east4 is cheapest.
-	if len(offers) != 14 || offers[0].Location != (provider.Location{Region: "us-east4", Zone: "us-east4-a"}) ||
-		offers[0].InstanceType != "g2-standard-8" || offers[0].PricePerHour != 0.85083 || offers[0].VCPUs != 8 ||
+	// g2-standard-4 and -8 (one L4 each) are offered in 14 zones of five
+	// regions; g2-standard-4 in us-east4 is cheapest.
+	if len(offers) != 28 || offers[0].Location != (provider.Location{Region: "us-east4", Zone: "us-east4-a"}) ||
+		offers[0].InstanceType != "g2-standard-4" || offers[0].PricePerHour != 0.70452 || offers[0].VCPUs != 4 ||
 		offers[0].GPUMemoryGB != 24 || offers[0].Spot {
 		t.Fatalf("offers %d, first %+v", len(offers), offers[0])
 	}
@@ -108,7 +109,7 @@ func TestPlanFromEmbeddedCatalog(t *testing.T) {
 	}
 	ps := c.provider(t, mt, gcp.Config{Spot: true, Zones: []string{"us-central1-b"}, Regions: []string{"europe-west4"}})
 	spot, err := ps.Plan(ctx, &provider.ResourceRequest{GPU: "L4", GPUCount: 1, Spot: provider.SpotOrOnDemand})
-	if err != nil || len(spot) != 8 || !spot[0].Spot || spot[0].Location.Region != "europe-west4" || spot[0].PricePerHour != 0.33407 {
+	if err != nil || len(spot) != 16 || !spot[0].Spot || spot[0].Location.Region != "europe-west4" || spot[0].PricePerHour != 0.27233 {
 		t.Fatalf("spot-or-on-demand in europe-west4 + us-central1-b: %+v, %v", spot, err)
 	}
 	for _, o := range spot {
@@ -139,7 +140,7 @@ func TestPlanRefinesZonesAndFallsBack(t *testing.T) {
 	for _, o := range offers {
 		zones = append(zones, o.Location.Zone)
 	}
-	if !slices.Equal(zones, []string{"us-central1-f", "europe-west4-b"}) {
+	if !slices.Equal(zones, []string{"us-central1-f", "europe-west4-b", "us-central1-f", "europe-west4-b"}) {
 		t.Fatalf("refined zones %v", zones)
 	}
 	if n := len(c.calls("GET /compute/v1/projects/" + project + "/aggregated/acceleratorTypes")); n != 1 {
@@ -147,7 +148,7 @@ func TestPlanRefinesZonesAndFallsBack(t *testing.T) {
 	}
 	c.acceleratorZones = nil // the call now fails with 500
 	offers, err = p.Plan(ctx, &l4)
-	if err != nil || len(offers) != 14 {
+	if err != nil || len(offers) != 28 {
 		t.Fatalf("fallback: %d offers, %v", len(offers), err)
 	}
 	if n := len(c.calls("aggregated/acceleratorTypes")); n != 2 {

@@ -221,7 +221,7 @@ func TestObserveLifecycle(t *testing.T) {
 	}
 	obs, _ = p.Observe(ctx, o.Location, "life")
 	if len(obs) != 1 || obs[0].ID != id || obs[0].Status != provider.StatusPending || obs[0].SSH != nil ||
-		obs[0].VM != "life" || obs[0].VendorStatus != "PROVISIONING" || obs[0].InstanceType != "g2-standard-8" {
+		obs[0].VM != "life" || obs[0].VendorStatus != "PROVISIONING" || obs[0].InstanceType != "g2-standard-4" {
 		t.Fatalf("pending: %+v", obs)
 	}
 	lst := c.calls("GET /compute/v1/projects/" + project + "/zones/us-central1-a/instances")

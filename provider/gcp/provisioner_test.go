@@ -51,7 +51,7 @@ func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if vm.State != gpuprov.StateReady || vm.Location != (provider.Location{Region: "us-central1", Zone: "us-central1-a"}) ||
-		vm.SSH == nil || vm.SSH.Port != 22 || vm.PricePerHour != 0.85362 {
+		vm.SSH == nil || vm.SSH.Port != 22 || vm.PricePerHour != 0.70682 {
 		t.Fatalf("vm %+v", vm)
 	}
 
