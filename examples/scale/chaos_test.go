@@ -196,6 +196,7 @@ type trialOutcome struct {
 	duplicates []string // VMs with more than one live instance
 	stuck      []string // VMs in an active state after recover
 	left       int      // instances and side resources after down --all
+	unjoined   []string // ready cluster nodes that never ran their join phase
 	states     map[string]int
 	took       time.Duration
 }
@@ -224,14 +225,14 @@ func TestChaos(t *testing.T) {
 	typical := map[bool]time.Duration{}
 	for _, cluster := range []bool{false, true} {
 		o := chaosTrial(t, c, url, admin, fmt.Sprintf("cal%d", len(typical)), cluster, time.Hour)
-		if len(o.leaks)+len(o.duplicates)+len(o.stuck)+o.left > 0 {
-			t.Errorf("calibration run (cluster=%v): leaks %v, duplicates %v, stuck %v, left after down %d",
-				cluster, o.leaks, o.duplicates, o.stuck, o.left)
+		if len(o.leaks)+len(o.duplicates)+len(o.stuck)+len(o.unjoined)+o.left > 0 {
+			t.Errorf("calibration run (cluster=%v): leaks %v, duplicates %v, stuck %v, unjoined %v, left after down %d",
+				cluster, o.leaks, o.duplicates, o.stuck, o.unjoined, o.left)
 		}
 		typical[cluster] = o.took
 		t.Logf("typical run: cluster=%v %v", cluster, o.took.Round(time.Millisecond))
 	}
-	var killed, leaks, dups, stuck, left int
+	var killed, leaks, dups, stuck, unjoined, left int
 	states := map[string]int{}
 	start := time.Now()
 	for i := range *chaosTrials {
@@ -244,17 +245,47 @@ func TestChaos(t *testing.T) {
 		leaks += len(o.leaks)
 		dups += len(o.duplicates)
 		stuck += len(o.stuck)
+		unjoined += len(o.unjoined)
 		left += o.left
 		for s, n := range o.states {
 			states[s] += n
 		}
-		if len(o.leaks)+len(o.duplicates)+len(o.stuck)+o.left > 0 {
-			t.Errorf("trial %d (cluster=%v, kill at %v): leaks %v, duplicates %v, stuck %v, left after down %d",
-				i, cluster, at, o.leaks, o.duplicates, o.stuck, o.left)
+		if len(o.leaks)+len(o.duplicates)+len(o.stuck)+len(o.unjoined)+o.left > 0 {
+			t.Errorf("trial %d (cluster=%v, kill at %v): leaks %v, duplicates %v, stuck %v, unjoined %v, left after down %d",
+				i, cluster, at, o.leaks, o.duplicates, o.stuck, o.unjoined, o.left)
 		}
 	}
-	t.Logf("chaos: %d trials in %v (%d killed mid-run): leaks %d, duplicates %d, stuck %d, left after down %d; VM end states after recover %v",
-		*chaosTrials, time.Since(start).Round(time.Second), killed, leaks, dups, stuck, left, states)
+	t.Logf("chaos: %d trials in %v (%d killed mid-run): leaks %d, duplicates %d, stuck %d, unjoined cluster nodes %d, left after down %d; VM end states after recover %v",
+		*chaosTrials, time.Since(start).Round(time.Second), killed, leaks, dups, stuck, unjoined, left, states)
+}
+
+// ranJoin reports whether the journal shows VM name entering its join
+// phase (serving or joining its cluster) in the attempt that made it ready.
+func ranJoin(t *testing.T, c *cli, name string) bool {
+	t.Helper()
+	code, out := c.run("show", name, "-o", "json")
+	if code != 0 {
+		t.Fatalf("gpuprov show %s exited %d:\n%s", name, code, out)
+	}
+	var shown struct {
+		VM struct {
+			Attempt int `json:"attempt"`
+		} `json:"vm"`
+		Events []struct {
+			Type    string `json:"type"`
+			Attempt int    `json:"attempt"`
+			Message string `json:"message"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(out), &shown); err != nil {
+		t.Fatalf("show -o json: %v\n%s", err, out)
+	}
+	for _, e := range shown.Events {
+		if e.Type == "phase" && e.Message == "join" && e.Attempt == shown.VM.Attempt {
+			return true
+		}
+	}
+	return false
 }
 
 // chaosTrial runs one `gpuprov up` named name, SIGKILLs it after killAt if
@@ -313,6 +344,9 @@ func chaosTrial(t *testing.T, c *cli, url, admin, name string, cluster bool, kil
 			o.stuck = append(o.stuck, v.Name+" "+v.State)
 		case "ready":
 			owner[v.InstanceID] = v.Name
+			if cluster && !ranJoin(t, c, v.Name) {
+				o.unjoined = append(o.unjoined, v.Name)
+			}
 		}
 	}
 	perVM := map[string]int{}
