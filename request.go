@@ -151,6 +151,6 @@ func (r *Request) normalize(known map[string]bool) error {
 func (r *Request) resources() *provider.ResourceRequest {
 	return &provider.ResourceRequest{
 		GPU: r.GPU, GPUCount: r.GPUCount, MinGPUMemoryGB: r.MinGPUMemoryGB,
-		MaxPricePerHour: r.MaxPricePerHour, Spot: r.Spot, Regions: r.Regions,
+		MaxPricePerHour: r.MaxPricePerHour, Spot: r.Spot, Regions: r.Regions, Image: r.Image,
 	}
 }

@@ -120,6 +120,10 @@ type ResourceRequest struct {
 	MaxPricePerHour float64    `json:"max_price_per_hour,omitempty"` // 0: no limit
 	Spot            SpotPolicy `json:"spot,omitempty"`
 	Regions         []string   `json:"regions,omitempty"` // empty: the provider's configured regions
+	// Image is the request's image override (empty: the provider's
+	// default). A provider that cannot run it offers nothing, and says why
+	// in Plan's error.
+	Image string `json:"image,omitempty"`
 }
 
 // Accepts reports whether o satisfies r in the fields every cloud shares

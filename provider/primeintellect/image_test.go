@@ -96,3 +96,22 @@ func TestUndocumentedCreateFailureMovesOn(t *testing.T) {
 		t.Fatalf("scope %s", pe.Scope())
 	}
 }
+
+// TestPlanRefusesARequestImageOutsideTheEnum: a request whose image Prime
+// cannot run gets no offer from Prime, and Plan's error names the allowed
+// values (the core reports it in the no-offers error), before any request.
+func TestPlanRefusesARequestImageOutsideTheEnum(t *testing.T) {
+	e := newEnv(t, primeintellect.Config{})
+	_, err := e.p.Plan(context.Background(), &provider.ResourceRequest{GPU: "H100-80GB", GPUCount: 1, Image: dockerImage})
+	kindOf(t, err, provider.Unavailable)
+	if !errors.Is(err, primeintellect.ErrImage) || !strings.Contains(err.Error(), "ubuntu_22_cuda_12") {
+		t.Fatalf("error does not name the allowed values: %v", err)
+	}
+	if n := len(e.api.Calls("", "")); n != 0 {
+		t.Fatalf("%d requests sent for an image Prime refuses", n)
+	}
+	offers, err := e.p.Plan(context.Background(), &provider.ResourceRequest{GPU: "H100-80GB", GPUCount: 1, Image: "ubuntu_22_cuda_12"})
+	if err != nil || len(offers) == 0 {
+		t.Fatalf("an image of the enum: %v, %d offers", err, len(offers))
+	}
+}

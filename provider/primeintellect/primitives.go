@@ -40,10 +40,18 @@ var stockRank = map[string]int{"High": 0, "Medium": 1, "Available": 2, "Low": 3}
 
 // Plan pages through GET /availability/gpus?gpu_count=N, Prime's live
 // marketplace, and returns one offer per item whose GPU is canonical, whose
-// stock is not "Unavailable", whose images include the configured image and
-// whose security and region are allowed. Prices are per GPU-hour in the
+// stock is not "Unavailable", whose images include the image (the request's,
+// else the configured one) and whose security and region are allowed. A
+// request image outside pod.image's enum gets no offer and an Unavailable
+// error naming the allowed values, before any request. Prices are per GPU-hour in the
 // catalog and multiplied by the count. Cheapest first; equal prices by stock.
 func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provider.Offer, error) {
+	image := cmp.Or(req.Image, p.cfg.Image)
+	if req.Image != "" {
+		if err := checkImage(req.Image); err != nil {
+			return nil, provider.Errorf(provider.Unavailable, p.name, "plan", "image %w", err)
+		}
+	}
 	items, err := p.availability(ctx, req.GPUCount)
 	if err != nil {
 		return nil, err
@@ -62,7 +70,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 		if p.cfg.Security != "" && it.Security != p.cfg.Security {
 			continue
 		}
-		if !slices.Contains(it.Images, p.cfg.Image) {
+		if !slices.Contains(it.Images, image) {
 			continue
 		}
 		price := it.Prices.OnDemand
@@ -78,7 +86,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 		region := cmp.Or(it.Region, strings.ToLower(it.Country), "global")
 		d := offerDetail{CloudID: it.CloudID, GPUType: it.GPUType, Socket: it.Socket, GPUCount: it.GPUCount,
 			Provider: it.Provider, DataCenterID: it.DataCenter, Country: it.Country, Security: it.Security,
-			Image: p.cfg.Image, Stock: it.StockStatus}
+			Image: image, Stock: it.StockStatus}
 		detail, err := json.Marshal(d)
 		if err != nil {
 			return nil, provider.Errorf(provider.Failed, p.name, "plan", "encode offer detail: %w", err)
