@@ -134,12 +134,13 @@ type Provider struct {
 
 	awsCfg awssdk.Config // the SDK's default chain; unused with an Endpoint
 
-	mu     sync.Mutex
-	ec2s   map[string]*ec2.Client
-	ssms   map[string]*ssm.Client
-	recent map[string][]recentCreate // region|vm → ids Create returned lately
-	creds  []awssdk.Credentials      // the credentials calls were signed with, newest last
-	sec    *redact.Secrets           // every value of creds, masked in error texts
+	mu      sync.Mutex
+	ec2s    map[string]*ec2.Client
+	ssms    map[string]*ssm.Client
+	recent  map[string][]recentCreate    // region|vm → ids Create returned lately
+	zoneIDs map[string]map[string]string // region → zone name → zone id, where an endpoint needed it
+	creds   []awssdk.Credentials         // the credentials calls were signed with, newest last
+	sec     *redact.Secrets              // every value of creds, masked in error texts
 }
 
 // recentCreate is an id Create returned, kept for ConsistencyWindow so that
@@ -182,7 +183,8 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 		return nil, fmt.Errorf("aws: config: %w", err)
 	}
 	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler), clock: clock.Real,
-		ec2s: map[string]*ec2.Client{}, ssms: map[string]*ssm.Client{}, recent: map[string][]recentCreate{}}
+		ec2s: map[string]*ec2.Client{}, ssms: map[string]*ssm.Client{}, recent: map[string][]recentCreate{},
+		zoneIDs: map[string]map[string]string{}}
 	for _, o := range opts {
 		o(p)
 	}

@@ -2,12 +2,15 @@ package aws
 
 import (
 	"encoding/json"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/org/gpuprov/provider"
 )
+
+var zoneIDRE = regexp.MustCompile(`^[a-z0-9]+-az\d+$`)
 
 // The embedded catalog parses, names its source and date, and holds the
 // published figures the brief requires (spot-checked here).

@@ -121,7 +121,60 @@ func (p *Provider) describe(ctx context.Context, op, region string, in *ec2.Desc
 		}
 		return nil
 	})
-	return all, err
+	if err != nil {
+		return nil, err
+	}
+	return all, p.fillZoneIDs(ctx, op, region, all)
+}
+
+// fillZoneIDs sets the zone id of instances whose placement names only the
+// zone (an endpoint that predates Placement.AvailabilityZoneId, like moto),
+// from the region's zones, asked once per region (DescribeAvailabilityZones)
+// and only when needed: zones are compared and reported by id.
+func (p *Provider) fillZoneIDs(ctx context.Context, op, region string, ins []types.Instance) error {
+	var ids map[string]string
+	for i := range ins {
+		pl := ins[i].Placement
+		if pl == nil || awssdk.ToString(pl.AvailabilityZoneId) != "" || awssdk.ToString(pl.AvailabilityZone) == "" {
+			continue
+		}
+		if ids == nil {
+			var err error
+			if ids, err = p.zoneIDsOf(ctx, op, region); err != nil {
+				return err
+			}
+		}
+		if id := ids[awssdk.ToString(pl.AvailabilityZone)]; id != "" {
+			pl.AvailabilityZoneId = awssdk.String(id)
+		}
+	}
+	return nil
+}
+
+// zoneIDsOf returns region's zone ids by zone name.
+func (p *Provider) zoneIDsOf(ctx context.Context, op, region string) (map[string]string, error) {
+	p.mu.Lock()
+	ids, ok := p.zoneIDs[region]
+	p.mu.Unlock()
+	if ok {
+		return ids, nil
+	}
+	var out *ec2.DescribeAvailabilityZonesOutput
+	err := p.call(ctx, op, func(ctx context.Context) (e error) {
+		out, e = p.ec2For(region).DescribeAvailabilityZones(ctx, &ec2.DescribeAvailabilityZonesInput{})
+		return e
+	})
+	if err != nil {
+		return nil, err
+	}
+	ids = map[string]string{}
+	for _, z := range out.AvailabilityZones {
+		ids[awssdk.ToString(z.ZoneName)] = awssdk.ToString(z.ZoneId)
+	}
+	p.mu.Lock()
+	p.zoneIDs[region] = ids
+	p.mu.Unlock()
+	return ids, nil
 }
 
 // Observe returns the live instances of vm in loc (the zone too when loc
@@ -342,7 +395,8 @@ func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string
 	}
 	for _, k := range keys.KeyPairs {
 		err := p.call(ctx, "cleanup", func(ctx context.Context) error {
-			_, e := c.DeleteKeyPair(ctx, &ec2.DeleteKeyPairInput{KeyPairId: k.KeyPairId})
+			// by name, which EC2 accepts as well as the id (moto ignores the id)
+			_, e := c.DeleteKeyPair(ctx, &ec2.DeleteKeyPairInput{KeyName: k.KeyName})
 			return e
 		})
 		if err != nil && !IsCode(err, "InvalidKeyPair.NotFound") {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -25,17 +24,6 @@ type prepared struct {
 	SecurityGroup string `json:"security_group"`
 	KeyName       string `json:"key_name,omitempty"`
 	AMI           string `json:"ami"`
-}
-
-var zoneIDRE = regexp.MustCompile(`^[a-z0-9]+-az\d+$`)
-
-// zoneFilter filters on a zone id (use1-az4) or a zone name (us-east-1a).
-func zoneFilter(zone string) types.Filter {
-	name := "availability-zone"
-	if zoneIDRE.MatchString(zone) {
-		name = "availability-zone-id"
-	}
-	return types.Filter{Name: awssdk.String(name), Values: []string{zone}}
 }
 
 func filter(name string, values ...string) types.Filter {
@@ -134,10 +122,10 @@ func (p *Provider) subnet(ctx context.Context, c *ec2.Client, zone string) (vpc,
 		}
 		vpc = awssdk.ToString(out.Vpcs[0].VpcId)
 	}
+	// The zone is matched here, by id or name, not with the
+	// availability-zone-id filter, which not every endpoint serves (moto
+	// does not).
 	filters := []types.Filter{filter("vpc-id", vpc)}
-	if zone != "" {
-		filters = append(filters, zoneFilter(zone))
-	}
 	if p.cfg.VPC == "" {
 		filters = append(filters, filter("default-for-az", "true"))
 	}
@@ -151,7 +139,9 @@ func (p *Provider) subnet(ctx context.Context, c *ec2.Client, zone string) (vpc,
 	}
 	var ids []string
 	for _, s := range out.Subnets {
-		ids = append(ids, awssdk.ToString(s.SubnetId))
+		if zone == "" || awssdk.ToString(s.AvailabilityZoneId) == zone || awssdk.ToString(s.AvailabilityZone) == zone {
+			ids = append(ids, awssdk.ToString(s.SubnetId))
+		}
 	}
 	if len(ids) == 0 {
 		return "", "", provider.Errorf(provider.Unavailable, p.name, "prepare", "VPC %s has no subnet in zone %s", vpc, zone)
