@@ -321,7 +321,10 @@ func (d *driver) fail(ctx context.Context, cause error) error {
 		Events: []journal.Event{{Type: EvFailed, Message: cause.Error(), ErrorKind: d.row.LastErrorKind}}}); err != nil {
 		return errors.Join(cause, err)
 	}
-	return fmt.Errorf("gpuprov: launch %s failed (everything it started was torn down): %w", d.row.Name, cause)
+	if d.row.Attempt == 0 {
+		return errorf("launch %s failed: %w", d.row.Name, cause)
+	}
+	return errorf("launch %s failed (everything it started was torn down): %w", d.row.Name, cause)
 }
 
 // stuck records a teardown that could not finish: the VM stays deleting,
@@ -336,7 +339,7 @@ func (d *driver) stuck(ctx context.Context, cause error) error {
 		Events: []journal.Event{{Type: EvTeardownError, Message: cause.Error(), ErrorKind: d.row.LastErrorKind}}}); err != nil {
 		return errors.Join(cause, err)
 	}
-	return fmt.Errorf("gpuprov: VM %s: %w: %w", d.row.Name, ErrTeardownIncomplete, cause)
+	return errorf("VM %s: %w: %w", d.row.Name, ErrTeardownIncomplete, cause)
 }
 
 func errorKindName(err error) string {

@@ -38,6 +38,9 @@ var (
 	ErrNotFound = journal.ErrNotFound
 	// ErrBusy: another live process drives the VM (it holds the lease).
 	ErrBusy = journal.ErrLeased
+	// ErrExists: a launch named a VM that exists and is not deleted or
+	// failed.
+	ErrExists = journal.ErrExists
 )
 
 // Provisioner gets VMs from the configured providers and journals every step.

@@ -46,13 +46,13 @@ func (p *Provisioner) launch(ctx context.Context, req Request, cluster string, j
 	d.join = join
 	msg := fmt.Sprintf("%s×%d", req.GPU, req.GPUCount)
 	if req.MaxPricePerHour > 0 {
-		msg += fmt.Sprintf(" under $%.2f/h", req.MaxPricePerHour)
+		msg += " under " + usd(req.MaxPricePerHour) + "/h"
 	}
 	p.hold(req.Name) // before the VM exists, so no Recover of this process can take it
 	if err := d.commit(ctx, &journal.Step{Create: &d.row, Events: []journal.Event{{Type: EvLaunch, Message: msg}}}); err != nil {
 		p.release(req.Name, true) // only frees a lease we hold (a failed write may still have committed)
 		if errors.Is(err, journal.ErrExists) {
-			return nil, fmt.Errorf("gpuprov: a VM named %s exists and is not deleted: %w", req.Name, journal.ErrExists)
+			return nil, errorf("a VM named %s exists and is not deleted: %w", req.Name, journal.ErrExists)
 		}
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (p *Provisioner) Delete(ctx context.Context, name string) error {
 		r := p.running[name]
 		p.mu.Unlock()
 		if r == nil {
-			return fmt.Errorf("gpuprov: VM %s: %w (by this process; try again)", name, ErrBusy)
+			return errorf("VM %s: %w (by this process; try again)", name, ErrBusy)
 		}
 		r.cancel()
 		select {
@@ -160,7 +160,7 @@ func (p *Provisioner) Delete(ctx context.Context, name string) error {
 func (p *Provisioner) acquire(ctx context.Context, name string) (journal.VM, error) {
 	row, err := p.j.GetVM(ctx, name)
 	if err != nil {
-		return journal.VM{}, fmt.Errorf("gpuprov: VM %s: %w", name, err)
+		return journal.VM{}, vmError(name, err)
 	}
 	dead := row.Owner != "" && row.Owner != p.owner && !ownerAlive(row.Owner)
 	return p.acquireFrom(ctx, row, dead)
@@ -176,7 +176,7 @@ func (p *Provisioner) acquireFrom(ctx context.Context, row journal.VM, ownerDead
 	now := p.clock.Now()
 	got, err := p.j.Acquire(ctx, row.Name, p.owner, now, now.Add(p.leaseTTL), dead...)
 	if err != nil {
-		return journal.VM{}, fmt.Errorf("gpuprov: VM %s: %w", row.Name, err)
+		return journal.VM{}, vmError(row.Name, err)
 	}
 	return got, nil
 }
@@ -210,7 +210,7 @@ func (d *driver) finishDelete(ctx context.Context) error {
 func (p *Provisioner) Get(ctx context.Context, name string) (*VM, error) {
 	row, err := p.j.GetVM(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("gpuprov: VM %s: %w", name, err)
+		return nil, vmError(name, err)
 	}
 	return vmFromRow(row), nil
 }
@@ -234,7 +234,7 @@ func (p *Provisioner) List(ctx context.Context, opts ListOptions) ([]*VM, error)
 // History returns a VM's attempts and its events, oldest first.
 func (p *Provisioner) History(ctx context.Context, name string) ([]journal.Attempt, []Event, error) {
 	if _, err := p.j.GetVM(ctx, name); err != nil {
-		return nil, nil, fmt.Errorf("gpuprov: VM %s: %w", name, err)
+		return nil, nil, vmError(name, err)
 	}
 	as, err := p.j.Attempts(ctx, name)
 	if err != nil {
@@ -249,7 +249,7 @@ func (p *Provisioner) History(ctx context.Context, name string) ([]journal.Attem
 func (p *Provisioner) Health(ctx context.Context, name string) (provider.Diagnosis, error) {
 	row, err := p.j.GetVM(ctx, name)
 	if err != nil {
-		return provider.Diagnosis{}, fmt.Errorf("gpuprov: VM %s: %w", name, err)
+		return provider.Diagnosis{}, vmError(name, err)
 	}
 	if row.InstanceID == "" {
 		return provider.Diagnosis{Findings: []provider.Finding{{Severity: provider.Critical, Code: "no-instance",
