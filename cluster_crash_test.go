@@ -44,9 +44,12 @@ func runClusterCrash(t *testing.T, k int) (writes int, crashed bool) {
 	cj.mu.Unlock()
 	p1.Close()
 	if !crashed {
+		// The launch ended within k writes: it must have formed the
+		// cluster.
 		if err != nil {
-			t.Fatalf("uncrashed cluster launch: %v", err)
+			t.Fatalf("k=%d: uncrashed cluster launch: %v", k, err)
 		}
+		checkCluster(t, e, fn, k, false)
 		return writes, false
 	}
 
@@ -65,12 +68,21 @@ func runClusterCrash(t *testing.T, k int) (writes int, crashed bool) {
 		t.Fatalf("k=%d: recover skipped %v", k, rep.Skipped)
 	}
 
+	checkCluster(t, e, fn, k, true)
+	return writes, true
+}
+
+// checkCluster checks that every node of cluster gpu ended ready and in
+// the cluster (one server, the others joined to it) or cleanly failed, with
+// nothing leaked; unless partial, all three must be ready.
+func checkCluster(t *testing.T, e *env, fn *fakeNodes, k int, partial bool) {
+	t.Helper()
 	fn.mu.Lock()
 	defer fn.mu.Unlock()
 	var ready []string
 	for i := range 3 {
 		name := fmt.Sprintf("gpu-%d", i)
-		if _, err := db2.GetVM(context.Background(), name); errors.Is(err, journal.ErrNotFound) {
+		if _, err := e.j.GetVM(context.Background(), name); errors.Is(err, journal.ErrNotFound) {
 			continue // killed before this node was journaled
 		}
 		row := e.assertClean(name)
@@ -93,10 +105,10 @@ func runClusterCrash(t *testing.T, k int) (writes int, crashed bool) {
 	if len(ready) > 0 && !slices.Contains(ready, servers[0]) {
 		t.Fatalf("k=%d: server %s is not ready, yet nodes %v are", k, servers[0], ready)
 	}
-	if rows, _ := db2.ListVMs(context.Background(), journal.ListOptions{Cluster: "gpu"}); len(rows) == 3 && len(ready) != 3 {
-		t.Fatalf("k=%d: only %v of 3 nodes ready after recovery", k, ready)
+	rows, _ := e.j.ListVMs(context.Background(), journal.ListOptions{Cluster: "gpu"})
+	if (len(rows) == 3 || !partial) && len(ready) != 3 {
+		t.Fatalf("k=%d: only %v of 3 nodes ready", k, ready)
 	}
-	return writes, true
 }
 
 // TestClusterCrashAtEveryJournalWrite kills a 3-node LaunchCluster after
@@ -110,10 +122,14 @@ func TestClusterCrashAtEveryJournalWrite(t *testing.T) {
 	if total < 15 {
 		t.Fatalf("the cluster launch makes only %d writes", total)
 	}
-	for k := range total {
+	// The number of writes varies by a few with scheduling (a node that
+	// meets the block another node's stockout set abandons its offer with
+	// one attempt more), so k runs a little past the first run's total; a
+	// run that ends within k writes is checked as a finished launch.
+	for k := range total + 6 {
 		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
-			if _, crashed := runClusterCrash(t, k); !crashed {
-				t.Fatalf("did not crash at write %d of %d", k+1, total)
+			if writes, crashed := runClusterCrash(t, k); !crashed && writes > k {
+				t.Fatalf("made %d writes with a journal that dies after %d, and did not crash", writes, k)
 			}
 		})
 	}
