@@ -66,6 +66,17 @@ func (p *Provisioner) LaunchCluster(ctx context.Context, req ClusterRequest) (*C
 			return nil, err
 		}
 	}
+	// A taken node name fails the cluster before any node is launched (a
+	// node launched and then given back costs money and time).
+	for _, r := range reqs {
+		row, err := p.j.GetVM(ctx, r.Name)
+		switch {
+		case err == nil && !row.State.Terminal():
+			return nil, errorf("cluster %s: a VM named %s exists and is not deleted: %w", req.Name, r.Name, ErrExists)
+		case err != nil && !errors.Is(err, journal.ErrNotFound):
+			return nil, vmError(r.Name, err)
+		}
+	}
 	co := &coordinator{p: p, cluster: req.Name, changed: make(chan struct{})}
 	var join func(context.Context, Node, Conn) error
 	if p.joiner != nil {

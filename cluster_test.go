@@ -288,3 +288,22 @@ func (c *parkedConnector) Connect(ctx context.Context, n gpuprov.Node) (gpuprov.
 	<-ctx.Done()
 	return nil, context.Cause(ctx)
 }
+
+// A cluster whose node name is taken fails before any node is launched.
+func TestClusterWithATakenNameLaunchesNothing(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.p.Launch(context.Background(), h100("gpu-1")); err != nil {
+		t.Fatal(err)
+	}
+	creates := len(e.fake("a").Calls(pt.OpCreate)) + len(e.fake("b").Calls(pt.OpCreate))
+	_, err := e.p.LaunchCluster(context.Background(), gpuprov.ClusterRequest{Name: "gpu", Nodes: 3, Node: h100("")})
+	if !errors.Is(err, gpuprov.ErrExists) || !strings.Contains(err.Error(), "gpu-1") {
+		t.Fatalf("err %v, want ErrExists naming gpu-1", err)
+	}
+	if n := len(e.fake("a").Calls(pt.OpCreate)) + len(e.fake("b").Calls(pt.OpCreate)); n != creates {
+		t.Fatalf("%d creates for a cluster refused up front", n-creates)
+	}
+	if _, err := e.j.GetVM(context.Background(), "gpu-0"); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("gpu-0 was journaled: %v", err)
+	}
+}
