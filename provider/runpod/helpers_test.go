@@ -11,6 +11,7 @@ import (
 	"github.com/jarcoal/httpmock"
 	"go.uber.org/goleak"
 
+	"github.com/org/gpuprov/internal/openapitest"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/runpod"
 	"github.com/org/gpuprov/provider/runpod/runpodmock"
@@ -40,6 +41,8 @@ func gpus() []runpodmock.GPU {
 type env struct {
 	api  *runpodmock.API
 	mt   *httpmock.MockTransport
+	doc  *openapitest.Doc  // the vendor's schema every request and answer is checked against
+	rt   http.RoundTripper // mt behind doc's checks
 	p    *runpod.Provider
 	logs *bytes.Buffer
 }
@@ -48,9 +51,11 @@ func newEnv(t *testing.T, cfg runpod.Config) *env {
 	t.Helper()
 	e := &env{api: runpodmock.New(apiKey, gpus()...), mt: httpmock.NewMockTransport(), logs: &bytes.Buffer{}}
 	e.api.Register(e.mt, base)
+	e.doc = vendorSchema(t)
+	e.rt = e.doc.Transport(t, e.mt)
 	cfg.APIKey = apiKey
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := runpod.New(cfg, runpod.WithInstallation(installation), runpod.WithLogger(log), runpod.WithHTTP(base, &http.Client{Transport: e.mt}))
+	p, err := runpod.New(cfg, runpod.WithInstallation(installation), runpod.WithLogger(log), runpod.WithHTTP(base, &http.Client{Transport: e.rt}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +66,12 @@ func newEnv(t *testing.T, cfg runpod.Config) *env {
 		}
 	})
 	return e
+}
+
+// vendorSchema is the RunPod REST API v2 (2.0.0) OpenAPI document
+// (testdata/README.md), served at base's host.
+func vendorSchema(t testing.TB) *openapitest.Doc {
+	return openapitest.Load(t, "testdata/openapi.json", "https://runpod.test", undocumented...)
 }
 
 func spec(vm string) *provider.InstanceSpec {
@@ -103,3 +114,7 @@ func kindOf(t *testing.T, err error, want provider.ErrorKind) *provider.Error {
 	pe, _ := err.(*provider.Error)
 	return pe
 }
+
+// undocumented: every operation RunPod's document lists has a default
+// answer (ErrorResponse), so no status goes unchecked.
+var undocumented []openapitest.Option

@@ -138,7 +138,7 @@ func TestObserveWaitsForThePublicSSHPort(t *testing.T) {
 	if !slices.Contains(seen, "pending:PROVISIONING") || !slices.Contains(seen, "pending:RUNNING") || seen[len(seen)-1] != "running:RUNNING" {
 		t.Fatalf("statuses %v", seen)
 	}
-	other, _ := runpod.New(runpod.Config{APIKey: apiKey}, runpod.WithInstallation("other"), runpod.WithHTTP(base, &http.Client{Transport: e.mt}))
+	other, _ := runpod.New(runpod.Config{APIKey: apiKey}, runpod.WithInstallation("other"), runpod.WithHTTP(base, &http.Client{Transport: e.rt}))
 	if obs, _ := other.Observe(context.Background(), o.Location, "train"); len(obs) != 0 {
 		t.Fatalf("another installation sees %+v", obs)
 	}

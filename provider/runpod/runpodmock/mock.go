@@ -2,7 +2,10 @@
 // tests, served through an httpmock transport: pods created are listed and
 // deleted, the GPU catalog answers with per-data-center stock, and error
 // answers (RFC 9457 problems) can be scripted. It checks the bearer token
-// and records every call.
+// and records every call. Its answers follow RunPod's REST API v2 OpenAPI
+// document (provider/runpod/testdata), which the adapter's tests check every
+// answer against: a pod carries every field Pod requires (actions, ssh,
+// mounts, registry, ...), a GPU type its pool and manufacturer.
 package runpodmock
 
 import (
@@ -248,7 +251,11 @@ func (a *API) catalog(r *http.Request) *http.Response {
 		}
 		slices.SortFunc(dcs, func(x, y map[string]string) int { return strings.Compare(x["id"], y["id"]) })
 		secure, community := g.Secure > 0, g.Community > 0
-		item := map[string]any{"id": g.ID, "name": g.Name, "memory": g.Memory, "secure": secure, "community": community,
+		maker := "NVIDIA"
+		if strings.HasPrefix(g.ID, "AMD ") {
+			maker = "AMD"
+		}
+		item := map[string]any{"id": g.ID, "name": g.Name, "pool": nil, "manufacturer": maker, "memory": g.Memory, "secure": secure, "community": community,
 			"price":    map[string]float64{"secure": g.Secure, "community": g.Community},
 			"maxCount": map[string]int{"secure": g.MaxCount, "community": g.MaxCount}, "availability": "HIGH"}
 		if (cloud == "COMMUNITY" && community) || (cloud != "COMMUNITY" && secure) {
@@ -259,9 +266,24 @@ func (a *API) catalog(r *http.Request) *http.Response {
 	return js(200, map[string]any{"gpus": out})
 }
 
+// wire is the pod as Pod (ContainerConfig and the pod's own fields).
 func wire(p *Pod, bootLists int) map[string]any {
-	w := map[string]any{"id": p.ID, "name": p.Name, "status": p.Status, "env": p.Env, "ports": p.Ports,
-		"cloud": p.Cloud, "dataCenterId": p.DataCenter, "image": p.Image, "cost": 1.0, "createdAt": "2026-01-01T00:00:00Z",
+	env, ports := p.Env, p.Ports
+	if env == nil {
+		env = map[string]string{}
+	}
+	if ports == nil {
+		ports = []string{}
+	}
+	actions := []string{"stop", "restart", "terminate"}
+	if p.Status == "EXITED" {
+		actions = []string{"start", "terminate"}
+	}
+	w := map[string]any{"id": p.ID, "name": p.Name, "status": p.Status, "actions": actions, "env": env, "ports": ports,
+		"image": p.Image, "args": "", "disk": 50, "mounts": map[string]any{}, "registry": nil,
+		"cloud": p.Cloud, "dataCenterId": p.DataCenter, "cudaVersion": "12.8", "template": nil, "locked": false,
+		"cost": 1.0, "createdAt": "2026-01-01T00:00:00Z", "startedAt": nil, "globalNetworking": map[string]any{"enabled": false},
+		"ssh": map[string]any{"proxy": nil, "direct": nil},
 		"gpu": map[string]any{"id": p.GPU, "count": p.Count}, "runtime": nil}
 	if p.Cluster != "" {
 		w["cluster"] = map[string]any{"id": p.Cluster, "rank": 0}
@@ -270,7 +292,10 @@ func wire(p *Pod, bootLists int) map[string]any {
 		ports := []map[string]any{}
 		if p.lists >= bootLists && slices.Contains(p.Ports, "22/tcp") {
 			ports = append(ports, map[string]any{"private": 22, "public": 40022, "type": "tcp", "ip": "192.0.2.44"})
+			w["ssh"] = map[string]any{"proxy": nil, "direct": map[string]any{"host": "192.0.2.44", "port": 40022, "username": "root",
+				"command": "ssh root@192.0.2.44 -p 40022"}}
 		}
+		w["startedAt"] = "2026-01-01T00:00:10Z"
 		w["runtime"] = map[string]any{"uptime": 10, "ports": ports}
 	}
 	return w

@@ -1,0 +1,151 @@
+package runpod_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/org/gpuprov/internal/openapitest"
+	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/runpod"
+	"github.com/org/gpuprov/provider/runpod/runpodmock"
+)
+
+// Every test's traffic goes through RunPod's REST API v2 OpenAPI document
+// (testdata/openapi.json; newEnv wraps the mock's transport): a request the
+// adapter sends or an answer the mock serves that the document does not
+// allow fails the test that made it.
+
+// TestEveryPrimitiveAgainstTheVendorSchema runs every primitive, and the
+// error answers the adapter branches on, through the schema check, and
+// asserts that each operation of the trimmed document was exercised.
+func TestEveryPrimitiveAgainstTheVendorSchema(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, runpod.Config{})
+	o, id := e.launch(t, spec("train")) // Plan, Prepare, Create
+	e.api.Settle()
+	if obs, err := e.p.Observe(ctx, o.Location, "train"); err != nil || len(obs) != 1 || obs[0].SSH == nil {
+		t.Fatalf("observe: %+v %v", obs, err)
+	}
+	if vms, err := e.p.List(ctx, o.Location); err != nil || len(vms) != 1 {
+		t.Fatalf("list: %+v %v", vms, err)
+	}
+	if d, err := e.p.Diagnose(ctx, o.Location, "train", id); err != nil || !d.Exists {
+		t.Fatalf("diagnose: %+v %v", d, err)
+	}
+	if d, err := e.p.Diagnose(ctx, o.Location, "train", "podgone"); err != nil || d.Exists { // 404
+		t.Fatalf("diagnose gone: %+v %v", d, err)
+	}
+	e.api.Fail(runpodmock.Fault{Method: http.MethodPost, Path: "/pods", Status: 400, Detail: runpodmock.CapacityDetail, Times: 1})
+	prep, err := e.p.Prepare(ctx, &o, spec("second"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Create(ctx, &o, prep, spec("second")); provider.KindOf(err) != provider.Capacity {
+		t.Fatalf("capacity: %v", err)
+	}
+	_, member := e.launch(t, spec("member"))
+	e.api.JoinCluster(member, "cluster_abc123")
+	if err := e.p.Delete(ctx, o.Location, "member", []string{member}); provider.KindOf(err) != provider.Failed { // 409
+		t.Fatalf("cluster pod: %v", err)
+	}
+	if err := e.p.Delete(ctx, o.Location, "train", []string{id, "poddead"}); err != nil { // 204, then 404: gone
+		t.Fatal(err)
+	}
+	if err := e.p.Cleanup(ctx, o.Location, "train"); err != nil {
+		t.Fatal(err)
+	}
+	wrong, _ := runpod.New(runpod.Config{APIKey: "wrong"}, runpod.WithHTTP(base, &http.Client{Transport: e.rt}))
+	req := h100
+	if _, err := wrong.Plan(ctx, &req); provider.KindOf(err) != provider.Credentials { // 401
+		t.Fatalf("wrong key: %v", err)
+	}
+
+	if left := e.doc.Unexercised(); len(left) > 0 {
+		t.Errorf("operations of testdata/openapi.json no primitive exercised: %v", left)
+	}
+	for _, want := range []string{"POST /v2/pods 400", "POST /v2/pods 201", "GET /v2/catalog/gpus 401",
+		"GET /v2/pods/{id} 404", "DELETE /v2/pods/{id} 204", "DELETE /v2/pods/{id} 404", "DELETE /v2/pods/{id} 409"} {
+		if !slices.Contains(e.doc.Seen(), want) {
+			t.Errorf("no %s answer was checked; seen %v", want, e.doc.Seen())
+		}
+	}
+}
+
+// TestTheSchemaCatchesAMockThatStrays derives wrong answers and requests
+// from right ones and asserts the check rejects each.
+func TestTheSchemaCatchesAMockThatStrays(t *testing.T) {
+	e := newEnv(t, runpod.Config{})
+	_, id := e.launch(t, spec("train"))
+	e.api.Settle()
+	get, _ := http.NewRequest(http.MethodGet, base+"/pods/"+id, nil)
+	get.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := e.mt.RoundTrip(get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err := e.doc.CheckResponse(get, openapitest.JSONResponse(200, pod)); err != nil {
+		t.Fatalf("the mock's own answer is rejected: %v", err)
+	}
+	create := func(body string) *http.Request {
+		r, _ := http.NewRequest(http.MethodPost, base+"/pods", strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer "+apiKey)
+		r.Header.Set("Content-Type", "application/json")
+		return r
+	}
+	if _, err := e.doc.CheckRequest(create(`{"name":"x","image":"runpod/base","gpu":{"id":"NVIDIA H100 80GB HBM3","count":1},"cloud":"SECURE"}`)); err != nil {
+		t.Fatalf("a valid create is rejected: %v", err)
+	}
+	problem := func(status int, body string) error {
+		r := openapitest.JSONResponse(status, []byte(body))
+		r.Header.Set("Content-Type", "application/problem+json")
+		return e.doc.CheckResponse(get, r)
+	}
+	for _, tc := range []struct {
+		name string
+		err  func() error
+		want string
+	}{
+		{"pod status renamed to desiredStatus (the v1 name)", func() error {
+			return e.doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
+				o["desiredStatus"] = o["status"]
+				delete(o, "status")
+			})))
+		}, "status"},
+		{"pod status outside PodStatus", func() error {
+			return e.doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
+				o["status"] = "READY"
+			})))
+		}, "status"},
+		{"public port as a string", func() error {
+			return e.doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
+				o["runtime"].(map[string]any)["ports"].([]any)[0].(map[string]any)["public"] = "40022"
+			})))
+		}, "public"},
+		{"an error that is not a problem document", func() error { return problem(404, `{"error":"pod not found"}`) }, "detail"},
+		{"create with the cloud in lower case", func() error {
+			_, err := e.doc.CheckRequest(create(`{"name":"x","image":"runpod/base","gpu":{"id":"g"},"cloud":"secure"}`))
+			return err
+		}, "cloud"},
+		{"create with a field CreatePodRequest does not have", func() error {
+			_, err := e.doc.CheckRequest(create(`{"name":"x","image":"runpod/base","gpu":{"id":"g"},"gpuTypeId":"g"}`))
+			return err
+		}, "gpuTypeId"},
+		{"create without an image or a template", func() error {
+			_, err := e.doc.CheckRequest(create(`{"name":"x","gpu":{"id":"g"}}`))
+			return err
+		}, "image"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.err()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("the schema check let it through (or named the wrong field): %v", err)
+			}
+		})
+	}
+}
