@@ -65,7 +65,7 @@ func TestPlanFiltersStockAndNormalizes(t *testing.T) {
 func TestPlanPagesThroughAvailability(t *testing.T) {
 	var its []primemock.Item
 	for i := range 230 {
-		its = append(its, primemock.Item{CloudID: fmt.Sprintf("c%03d", i), GPUType: "L40S_48GB", Socket: "PCIe", Provider: "p",
+		its = append(its, primemock.Item{CloudID: fmt.Sprintf("c%03d", i), GPUType: "L40S_48GB", Socket: "PCIe", Provider: "runpod",
 			Region: "united_states", DataCenter: fmt.Sprintf("DC-%d", i), Security: "secure_cloud", Stock: "Low", GPUCount: 1, GPUMemory: 48, Price: 1 + float64(i)/1000})
 	}
 	e := newEnv(t, primeintellect.Config{}, its...)
@@ -133,7 +133,7 @@ func TestCreateErrors(t *testing.T) {
 	}{
 		{402, `{"detail":"Insufficient balance. Please top up your wallet."}`, provider.Quota, provider.ScopeProvider},
 		{400, `{"detail":"This configuration is out of stock"}`, provider.Capacity, provider.ScopeOffer},
-		{422, `{"detail":[{"loc":["body","pod","socket"],"msg":"bad"}]}`, provider.InvalidRequest, provider.ScopeOffer},
+		{422, `{"errors":[{"param":"pod.socket","details":"Input should be one of the GPUSocket values"}]}`, provider.InvalidRequest, provider.ScopeOffer},
 		{401, `{"detail":"Invalid API key"}`, provider.Credentials, provider.ScopeProvider},
 		{503, `{"detail":"upstream"}`, provider.Transient, provider.ScopeOffer},
 	} {

@@ -2,7 +2,11 @@
 // tests, served through an httpmock transport: pods created are listed (with
 // offset/limit pagination) and deleted, SSH keys are registered and deleted,
 // the availability catalog pages, and error answers can be scripted. It
-// checks the bearer token and records every call.
+// checks the bearer token and records every call. Its answers follow Prime
+// Intellect's compute API OpenAPI document (provider/primeintellect/testdata),
+// which the adapter's tests check every answer against: pods carry userId,
+// socket and the enums' values, keys userId, history entries every field
+// HistoryObj requires, and an empty page is "data": [] (never null).
 package primemock
 
 import (
@@ -29,10 +33,10 @@ type Item struct {
 
 // Pod is a pod of the fake.
 type Pod struct {
-	ID, Name, Status, Install, Failure, SSHKeyID, CloudID, GPUType, Provider string
-	GPUCount                                                                 int
-	Env                                                                      map[string]string
-	lists                                                                    int
+	ID, Name, Status, Install, Failure, SSHKeyID, CloudID, GPUType, Socket, Provider string
+	GPUCount                                                                         int
+	Env                                                                              map[string]string
+	lists                                                                            int
 }
 
 // Call is one request the fake received.
@@ -58,7 +62,7 @@ type API struct {
 	key     string
 	items   []Item
 	pods    map[string]*Pod
-	history []map[string]string
+	history []map[string]any
 	keys    map[string]map[string]string
 	calls   []Call
 	faults  []*Fault
@@ -231,11 +235,11 @@ func (a *API) route(r *http.Request, path string, body []byte) *http.Response {
 		lo, hi := min((page-1)*size, len(match)), min(page*size, len(match))
 		return js(200, map[string]any{"items": match[lo:hi], "totalCount": len(match)})
 	case r.Method == http.MethodGet && path == "/ssh_keys/":
-		var all []map[string]string
+		all := []map[string]any{}
 		for id, k := range a.keys {
-			all = append(all, map[string]string{"id": id, "name": k["name"], "publicKey": k["publicKey"]})
+			all = append(all, key(id, k))
 		}
-		slices.SortFunc(all, func(x, y map[string]string) int { return strings.Compare(x["id"], y["id"]) })
+		slices.SortFunc(all, func(x, y map[string]any) int { return strings.Compare(x["id"].(string), y["id"].(string)) })
 		return js(200, a.page(q, len(all), func(lo, hi int) any { return all[lo:hi] }))
 	case r.Method == http.MethodPost && path == "/ssh_keys/":
 		var in map[string]string
@@ -245,7 +249,7 @@ func (a *API) route(r *http.Request, path string, body []byte) *http.Response {
 		a.seq++
 		id := fmt.Sprintf("key-%d", a.seq)
 		a.keys[id] = in
-		return js(200, map[string]any{"id": id, "name": in["name"], "publicKey": in["publicKey"], "isPrimary": false, "isUserKey": true})
+		return js(200, key(id, in))
 	case r.Method == http.MethodDelete && strings.HasPrefix(path, "/ssh_keys/"):
 		id := strings.TrimPrefix(path, "/ssh_keys/")
 		if _, ok := a.keys[id]; !ok {
@@ -260,7 +264,7 @@ func (a *API) route(r *http.Request, path string, body []byte) *http.Response {
 		}
 		slices.Sort(ids)
 		return js(200, a.page(q, len(ids), func(lo, hi int) any {
-			var out []map[string]any
+			out := []map[string]any{}
 			for _, id := range ids[lo:hi] {
 				out = append(out, a.advance(id))
 			}
@@ -269,7 +273,8 @@ func (a *API) route(r *http.Request, path string, body []byte) *http.Response {
 	case r.Method == http.MethodPost && path == "/pods/":
 		return a.create(body)
 	case r.Method == http.MethodGet && path == "/pods/history":
-		return js(200, map[string]any{"data": a.history, "total_count": len(a.history), "offset": 0, "limit": 100})
+		history := append([]map[string]any{}, a.history...)
+		return js(200, map[string]any{"data": history, "total_count": len(a.history), "offset": 0, "limit": 100})
 	case r.Method == http.MethodGet && strings.HasPrefix(path, "/pods/"):
 		id := strings.TrimPrefix(path, "/pods/")
 		if p, ok := a.pods[id]; ok {
@@ -327,13 +332,24 @@ func (a *API) advance(id string) map[string]any {
 
 func (a *API) terminate(id string) {
 	p := a.pods[id]
-	a.history = append(a.history, map[string]string{"id": id, "name": p.Name, "createdAt": "2026-01-01T00:00:00Z", "terminatedAt": "2026-01-01T01:00:00Z"})
+	a.history = append(a.history, map[string]any{"id": id, "name": p.Name, "providerType": p.Provider, "type": "Instance",
+		"createdAt": "2026-01-01T00:00:00Z", "terminatedAt": "2026-01-01T01:00:00Z", "gpuName": p.GPUType, "gpuCount": p.GPUCount,
+		"socket": p.Socket, "priceHr": 1.0, "userId": userID, "totalBilledPrice": 1.0})
 	delete(a.pods, id)
 }
 
+// userID is the account's user, in every pod, key and history entry.
+const userID = "user-0001"
+
+// key is an APISSHKeyConfig.
+func key(id string, k map[string]string) map[string]any {
+	return map[string]any{"id": id, "userId": userID, "name": k["name"], "publicKey": k["publicKey"], "isPrimary": false, "isUserKey": true}
+}
+
+// wire is the pod as APIPodConfig.
 func wire(p *Pod) map[string]any {
-	w := map[string]any{"id": p.ID, "name": p.Name, "status": p.Status, "installationStatus": p.Install,
-		"gpuName": p.GPUType, "gpuCount": p.GPUCount, "providerType": p.Provider, "priceHr": 1.0,
+	w := map[string]any{"id": p.ID, "userId": userID, "name": p.Name, "status": p.Status, "installationStatus": p.Install,
+		"gpuName": p.GPUType, "gpuCount": p.GPUCount, "socket": p.Socket, "providerType": p.Provider, "priceHr": 1.0,
 		"createdAt": "2026-01-01T00:00:00Z", "sshConnection": nil, "ip": nil}
 	if p.Failure != "" {
 		w["installationFailure"] = p.Failure
@@ -368,7 +384,7 @@ func (a *API) create(body []byte) *http.Response {
 	}
 	a.seq++
 	p := &Pod{ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", a.seq), Name: in.Pod.Name, Status: "PROVISIONING", Install: "PENDING",
-		SSHKeyID: in.Pod.SSHKeyID, CloudID: in.Pod.CloudID, GPUType: in.Pod.GPUType, GPUCount: in.Pod.GPUCount,
+		SSHKeyID: in.Pod.SSHKeyID, CloudID: in.Pod.CloudID, GPUType: in.Pod.GPUType, Socket: in.Pod.Socket, GPUCount: in.Pod.GPUCount,
 		Provider: in.Provider.Type, Env: map[string]string{}}
 	for _, e := range in.Pod.EnvVars {
 		p.Env[e["key"]] = e["value"]
