@@ -14,6 +14,7 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/internal/openapitest"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider/lambda"
@@ -31,7 +32,7 @@ type creates struct {
 }
 
 // tap wraps a mock transport, noting every create request under name.
-func (c *creates) tap(name string, mt *httpmock.MockTransport) *http.Client {
+func (c *creates) tap(name string, mt http.RoundTripper) *http.Client {
 	return &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
 		if r.Method == http.MethodPost && (strings.HasSuffix(r.URL.Path, "/instance-operations/launch") || strings.HasSuffix(r.URL.Path, "/pods/") || strings.HasSuffix(r.URL.Path, "/v2/pods")) {
 			c.mu.Lock()
@@ -66,6 +67,10 @@ func TestFailoverLambdaToPrimeIntellectToRunPod(t *testing.T) {
 
 	rec := &creates{}
 	lmt, pmt, rmt := httpmock.NewMockTransport(), httpmock.NewMockTransport(), httpmock.NewMockTransport()
+	// Each cloud's traffic is checked against its vendor's schema.
+	primeDoc := openapitest.Load(t, "../primeintellect/testdata/openapi.json", "https://prime.test",
+		openapitest.UndocumentedStatus(http.StatusBadRequest, `observed {"detail": "..."} answers (docs/clouds/primeintellect.md)`))
+	runpodDoc := openapitest.Load(t, "../runpod/testdata/openapi.json", "https://runpod.test")
 
 	lapi := lambdamock.New("lk", lambdamock.Type{Name: "gpu_1x_h100_pcie", GPUDescription: "H100 (80 GB PCIe)", PriceCents: 149,
 		GPUs: 1, VCPUs: 26, MemoryGiB: 200, Regions: []string{"us-east-1"}})
@@ -73,7 +78,7 @@ func TestFailoverLambdaToPrimeIntellectToRunPod(t *testing.T) {
 		Code: lambda.CodeInsufficientCapacity, Message: "Not enough capacity to fulfill launch request."})
 	lapi.Register(lmt, "https://lambda.test/api/v1")
 	lp, err := lambda.New(lambda.Config{APIKey: "lk", RequestsPerSecond: fast, Burst: 100, ConsistencyWindow: time.Second},
-		lambda.WithInstallation(inst), lambda.WithHTTP("https://lambda.test/api/v1", rec.tap("lambda", lmt)))
+		lambda.WithInstallation(inst), lambda.WithHTTP("https://lambda.test/api/v1", rec.tap("lambda", vendorSchema(t).Transport(t, lmt))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +88,7 @@ func TestFailoverLambdaToPrimeIntellectToRunPod(t *testing.T) {
 	papi.Fail(primemock.Fault{Method: http.MethodPost, Path: "/pods/", Status: 400, Body: `{"detail":"This configuration is out of stock"}`})
 	papi.Register(pmt, "https://prime.test/api/v1")
 	pp, err := primeintellect.New(primeintellect.Config{APIKey: "pk", RequestsPerSecond: fast, Burst: 100, ConsistencyWindow: time.Second},
-		primeintellect.WithInstallation(inst), primeintellect.WithHTTP("https://prime.test/api/v1", rec.tap("primeintellect", pmt)))
+		primeintellect.WithInstallation(inst), primeintellect.WithHTTP("https://prime.test/api/v1", rec.tap("primeintellect", primeDoc.Transport(t, pmt))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +97,7 @@ func TestFailoverLambdaToPrimeIntellectToRunPod(t *testing.T) {
 		DataCenters: map[string]string{"US-TX-3": "HIGH"}})
 	rapi.Register(rmt, "https://runpod.test/v2")
 	rp, err := runpod.New(runpod.Config{APIKey: "rk", Clouds: []string{"SECURE"}, RequestsPerSecond: fast, Burst: 100, ConsistencyWindow: time.Second},
-		runpod.WithInstallation(inst), runpod.WithHTTP("https://runpod.test/v2", rec.tap("runpod", rmt)))
+		runpod.WithInstallation(inst), runpod.WithHTTP("https://runpod.test/v2", rec.tap("runpod", runpodDoc.Transport(t, rmt))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jarcoal/httpmock"
 	"go.uber.org/goleak"
 
+	"github.com/org/gpuprov/internal/openapitest"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/lambda"
 	"github.com/org/gpuprov/provider/lambda/lambdamock"
@@ -41,6 +42,8 @@ func catalog() []lambdamock.Type {
 type env struct {
 	api  *lambdamock.API
 	mt   *httpmock.MockTransport
+	doc  *openapitest.Doc  // the vendor's schema every request and answer is checked against
+	rt   http.RoundTripper // mt behind doc's checks
 	p    *lambda.Provider
 	logs *bytes.Buffer
 	now  time.Time
@@ -51,10 +54,12 @@ func newEnv(t *testing.T, cfg lambda.Config) *env {
 	e := &env{api: lambdamock.New(apiKey, catalog()...), mt: httpmock.NewMockTransport(), logs: &bytes.Buffer{},
 		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	e.api.Register(e.mt, base)
+	e.doc = vendorSchema(t)
+	e.rt = e.doc.Transport(t, e.mt)
 	cfg.APIKey = apiKey
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p, err := lambda.New(cfg, lambda.WithName("lambda"), lambda.WithInstallation(installation), lambda.WithLogger(log),
-		lambda.WithHTTP(base, &http.Client{Transport: e.mt}), lambda.WithNow(func() time.Time { return e.now }))
+		lambda.WithHTTP(base, &http.Client{Transport: e.rt}), lambda.WithNow(func() time.Time { return e.now }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +70,22 @@ func newEnv(t *testing.T, cfg lambda.Config) *env {
 		}
 	})
 	return e
+}
+
+// vendorSchema is the Lambda Cloud API's OpenAPI document 1.8.3
+// (testdata/README.md), served at base's host.
+func vendorSchema(t testing.TB) *openapitest.Doc {
+	return openapitest.Load(t, "testdata/openapi.json", "https://lambda.test", undocumented...)
+}
+
+// undocumented are the statuses Lambda answers that 1.8.3 lists for no
+// operation; their bodies go unchecked.
+var undocumented = []openapitest.Option{
+	openapitest.UndocumentedStatus(http.StatusTooManyRequests, "rate limits (docs/clouds/lambda.md: ~1 request/s, 1 launch per 12 s)"),
+	openapitest.UndocumentedStatus(http.StatusInternalServerError, "any server"),
+	openapitest.UndocumentedStatus(http.StatusBadGateway, "any gateway"),
+	openapitest.UndocumentedStatus(http.StatusServiceUnavailable, "any gateway"),
+	openapitest.UndocumentedStatus(http.StatusGatewayTimeout, "any gateway"),
 }
 
 func spec(vm string) *provider.InstanceSpec {

@@ -218,7 +218,7 @@ func TestObserveStatusesAndIdentity(t *testing.T) {
 		t.Fatalf("active: %+v", obs)
 	}
 	// Another installation sharing the account does not see it; nor does another region.
-	other, _ := lambda.New(lambda.Config{APIKey: apiKey}, lambda.WithInstallation("inst-other"), lambda.WithHTTP(base, &http.Client{Transport: e.mt}))
+	other, _ := lambda.New(lambda.Config{APIKey: apiKey}, lambda.WithInstallation("inst-other"), lambda.WithHTTP(base, &http.Client{Transport: e.rt}))
 	if obs, _ := other.Observe(context.Background(), o.Location, "train"); len(obs) != 0 {
 		t.Fatalf("another installation observes %+v", obs)
 	}
@@ -339,4 +339,4 @@ func TestCredentialsErrorNeverCarriesTheKey(t *testing.T) {
 	}
 }
 
-func (e *env) p2Client() *http.Client { return &http.Client{Transport: e.mt} }
+func (e *env) p2Client() *http.Client { return &http.Client{Transport: e.rt} }

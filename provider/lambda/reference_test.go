@@ -62,11 +62,11 @@ func TestCleanupOfAKeyAlreadyGone(t *testing.T) {
 				return nil, err
 			}
 			first.Header = r.Header.Clone()
-			if _, err := e.mt.RoundTrip(first); err != nil {
+			if _, err := e.rt.RoundTrip(first); err != nil {
 				return nil, err
 			}
 		}
-		return e.mt.RoundTrip(r)
+		return e.rt.RoundTrip(r)
 	})}
 	p, err := lambda.New(lambda.Config{APIKey: apiKey, NoFirewall: true}, lambda.WithInstallation(installation), lambda.WithHTTP(base, racer))
 	if err != nil {
@@ -80,7 +80,7 @@ func TestCleanupOfAKeyAlreadyGone(t *testing.T) {
 		t.Fatalf("deletes %+v, keys %v", dels, e.api.SSHKeys())
 	}
 	// The mock answers the second DELETE as Lambda documents.
-	resp, err := e.mt.RoundTrip(mustRequest(t, http.MethodDelete, base+"/ssh-keys/"+"nope"))
+	resp, err := e.rt.RoundTrip(mustRequest(t, http.MethodDelete, base+"/ssh-keys/"+"nope"))
 	if err != nil {
 		t.Fatal(err)
 	}

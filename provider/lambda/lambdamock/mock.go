@@ -2,7 +2,11 @@
 // tests, served through an httpmock transport: instances launched are listed
 // and terminated, SSH keys and firewall rulesets are created and deleted,
 // and errors can be scripted per call. It checks the bearer token on every
-// request and records every call for assertions.
+// request and records every call for assertions. Its answers follow the
+// Lambda Cloud API's OpenAPI document 1.8.3 (provider/lambda/testdata), which
+// the adapter's tests check every answer against: error bodies carry code,
+// message and suggestion, instances carry their full instance type and
+// actions, and an empty list is [] (never null).
 //
 //	mt := httpmock.NewMockTransport()
 //	api := lambdamock.New("key", lambdamock.Type{Name: "gpu_1x_h100_pcie", ...})
@@ -79,6 +83,8 @@ type API struct {
 	BootLists int
 	// Audit is the audit log GET /audit-events answers, AuditPageSize
 	// events a page (default 100), as {"data":{"events":[…],"page_token":…}}.
+	// A field AuditEvent requires that an event leaves out is answered
+	// with a placeholder (event_id, catalog_version, …; null LRNs).
 	Audit         []map[string]any
 	AuditPageSize int
 }
@@ -207,8 +213,27 @@ func mustPath(base string) string {
 	return ""
 }
 
+// suggestions are the suggestion defaults of the ApiError* schemas that
+// require one (OpenAPI 1.8.3).
+var suggestions = map[string]string{
+	"global/invalid-api-key":                    "Check your API key or create a new one, then try again.",
+	"global/account-inactive":                   "Make sure you have verified your email address and have a valid payment method. Contact Support if problems continue.",
+	"global/internal-error":                     "Try again later. Contact Support if the problem persists.",
+	"global/quota-exceeded":                     "Contact Support to increase your quota.",
+	"global/invalid-address":                    "Make sure your billing address is valid. Contact Support if problems continue.",
+	"global/object-does-not-exist":              "Check the identifier and try again.",
+	"firewall-rulesets/firewall-ruleset-in-use": "Terminate all instances that are using the ruleset before deleting it.",
+}
+
+// apiErr answers {"error": {code, message, suggestion}}, the envelope of
+// every ApiError* schema.
 func apiErr(status int, code, msg, retryAfter string) *http.Response {
-	resp := httpmock.NewStringResponse(status, fmt.Sprintf(`{"error":{"code":%q,"message":%q}}`, code, msg))
+	sug, ok := suggestions[code]
+	if !ok {
+		sug = "Check the request and try again."
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": code, "message": msg, "suggestion": sug}})
+	resp := httpmock.NewBytesResponse(status, b)
 	resp.Header.Set("Content-Type", "application/json")
 	if retryAfter != "" {
 		resp.Header.Set("Retry-After", retryAfter)
@@ -240,7 +265,7 @@ func (a *API) route(method, path string, query url.Values, body []byte) *http.Re
 	case method == http.MethodPost && path == "/instance-operations/terminate":
 		return a.terminate(body)
 	case method == http.MethodGet && path == "/ssh-keys":
-		var out []map[string]string
+		out := []map[string]string{}
 		for id, k := range a.keys {
 			out = append(out, map[string]string{"id": id, "name": k["name"], "public_key": k["public_key"]})
 		}
@@ -268,10 +293,9 @@ func (a *API) route(method, path string, query url.Values, body []byte) *http.Re
 		delete(a.keys, id)
 		return data(map[string]any{})
 	case method == http.MethodGet && path == "/firewall-rulesets":
-		var out []map[string]any
-		for id, r := range a.rulesets {
-			out = append(out, map[string]any{"id": id, "name": r["name"], "region": map[string]string{"name": r["region"].(string)},
-				"rules": r["rules"], "instance_ids": a.usersOf(id)})
+		out := []map[string]any{}
+		for id := range a.rulesets {
+			out = append(out, a.ruleset(id))
 		}
 		return data(out)
 	case method == http.MethodPost && path == "/firewall-rulesets":
@@ -282,7 +306,7 @@ func (a *API) route(method, path string, query url.Values, body []byte) *http.Re
 		a.seq++
 		id := fmt.Sprintf("rs%04d", a.seq)
 		a.rulesets[id] = in
-		return data(map[string]any{"id": id, "name": in["name"], "region": map[string]any{"name": in["region"]}, "rules": in["rules"]})
+		return data(a.ruleset(id))
 	case method == http.MethodDelete && strings.HasPrefix(path, "/firewall-rulesets/"):
 		id := strings.TrimPrefix(path, "/firewall-rulesets/")
 		if _, ok := a.rulesets[id]; !ok {
@@ -316,9 +340,9 @@ func (a *API) auditEvents(q url.Values) *http.Response {
 		from = n
 	}
 	var events []map[string]any
-	for _, e := range a.Audit[from:min(from+size, len(a.Audit))] {
+	for i, e := range a.Audit[from:min(from+size, len(a.Audit))] {
 		if rt := q.Get("resource_type"); rt == "" || e["service_name"] == nil || rt == fmt.Sprint(e["service_name"], ".", e["resource_name"]) {
-			events = append(events, e)
+			events = append(events, auditEvent(e, from+i))
 		}
 	}
 	if events == nil {
@@ -329,6 +353,17 @@ func (a *API) auditEvents(q url.Values) *http.Response {
 		next = strconv.Itoa(from + size)
 	}
 	return data(map[string]any{"events": events, "page_token": next})
+}
+
+// auditEvent is e with the fields AuditEvent requires that e leaves out.
+func auditEvent(e map[string]any, n int) map[string]any {
+	out := map[string]any{"service_name": "cloud", "resource_name": "instance", "action": "created", "catalog_version": "2025-09-06",
+		"event_id": fmt.Sprintf("%032x", n+1), "event_time": "2026-01-01T00:00:00Z", "actor_lrn": nil, "resource_lrns": []string{},
+		"resource_owner_lrn": nil, "request_api_key_lrn": nil, "additional_details": map[string]any{}}
+	for k, v := range e {
+		out[k] = v
+	}
+	return out
 }
 
 // validRules checks a ruleset's rules as FirewallRule does: protocol in the
@@ -356,6 +391,19 @@ func validRules(v any) bool {
 	return true
 }
 
+// ruleset is a FirewallRuleset: id, name, region, rules, created,
+// instance_ids.
+func (a *API) ruleset(id string) map[string]any {
+	r := a.rulesets[id]
+	return map[string]any{"id": id, "name": r["name"], "region": region(r["region"].(string)), "rules": r["rules"],
+		"created": "2026-01-01T00:00:00Z", "instance_ids": a.usersOf(id)}
+}
+
+// region is a Region: name and description.
+func region(name string) map[string]string {
+	return map[string]string{"name": name, "description": name}
+}
+
 func (a *API) usersOf(rulesetID string) []string {
 	out := []string{}
 	for id, in := range a.instances {
@@ -371,15 +419,17 @@ func (a *API) instanceTypes() *http.Response {
 	for _, t := range a.types {
 		regions := []map[string]string{}
 		for _, r := range t.Regions {
-			regions = append(regions, map[string]string{"name": r, "description": r})
+			regions = append(regions, region(r))
 		}
-		out[t.Name] = map[string]any{
-			"instance_type": map[string]any{"name": t.Name, "description": t.GPUDescription, "gpu_description": t.GPUDescription,
-				"price_cents_per_hour": t.PriceCents, "specs": map[string]int{"gpus": t.GPUs, "vcpus": t.VCPUs, "memory_gib": t.MemoryGiB, "storage_gib": 512}},
-			"regions_with_capacity_available": regions,
-		}
+		out[t.Name] = map[string]any{"instance_type": t.wire(), "regions_with_capacity_available": regions}
 	}
 	return data(out)
+}
+
+// wire is the type as InstanceType.
+func (t Type) wire() map[string]any {
+	return map[string]any{"name": t.Name, "description": t.GPUDescription, "gpu_description": t.GPUDescription,
+		"price_cents_per_hour": t.PriceCents, "specs": map[string]int{"gpus": t.GPUs, "vcpus": t.VCPUs, "memory_gib": t.MemoryGiB, "storage_gib": 512}}
 }
 
 func (a *API) list() *http.Response {
@@ -420,10 +470,37 @@ func (a *API) wire(in *Instance) map[string]any {
 	for _, id := range in.Rulesets {
 		rs = append(rs, map[string]string{"id": id})
 	}
-	return map[string]any{"id": in.ID, "name": in.Name, "ip": in.IP, "status": in.Status, "ssh_key_names": in.SSHKeyNames,
-		"region":        map[string]string{"name": in.Region, "description": in.Region},
-		"instance_type": map[string]any{"name": in.Type}, "tags": tags, "firewall_rulesets": rs,
-		"file_system_names": []string{}, "actions": map[string]any{}}
+	typ := Type{Name: in.Type}
+	for _, t := range a.types {
+		if t.Name == in.Type {
+			typ = t
+		}
+	}
+	w := map[string]any{"id": in.ID, "name": in.Name, "status": in.Status, "ssh_key_names": in.SSHKeyNames,
+		"region": region(in.Region), "instance_type": typ.wire(), "tags": tags, "firewall_rulesets": rs,
+		"file_system_names": []string{}, "actions": actions(in.Status)}
+	if in.IP != "" { // Instance.ip is a string: absent until the instance has one
+		w["ip"] = in.IP
+	}
+	return w
+}
+
+// actions is an InstanceActionAvailability: every action is available
+// to an active instance only.
+func actions(status string) map[string]any {
+	out := map[string]any{}
+	for _, act := range []string{"migrate", "rebuild", "restart", "cold_reboot", "terminate"} {
+		if status == "active" || (act == "terminate" && status != "terminating") {
+			out[act] = map[string]any{"available": true}
+			continue
+		}
+		reason := "vm-has-not-launched"
+		if status == "terminating" {
+			reason = "vm-is-terminating"
+		}
+		out[act] = map[string]any{"available": false, "reason_code": reason, "reason_description": "The instance is " + status + "."}
+	}
+	return out
 }
 
 func (a *API) launch(body []byte) *http.Response {
