@@ -15,8 +15,11 @@
 // afterwards with [ErrHostKeyMismatch].
 //
 // [Client.Run] returns stdout, stderr and the exit status (a typed
-// [*ExitError] when non-zero), and on cancellation sends TERM, then KILL,
-// then closes the session. [Client.WriteFile] streams a file through stdin
+// [*ExitError] when non-zero). On cancellation it kills the command's
+// remote process group, TERM then KILL, over a second session on the same
+// connection, so that nothing keeps running on the VM even where sshd
+// ignores signal requests (OpenSSH on root logins); over a broken
+// connection it can only close the session. [Client.WriteFile] streams a file through stdin
 // and renames it into place after checking its sha256, under `sudo -n`
 // when the login user is not root. Keepalives close a client whose peer
 // went silent. Commands are built with [Command] and [Quote]; no secret

@@ -3,6 +3,7 @@ package ssh
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -235,26 +236,79 @@ func TestRunCancelEscalatesToKill(t *testing.T) {
 	}
 }
 
-func TestRunCancelClosesSessionWhenSignalsIgnored(t *testing.T) {
+// An sshd that ignores "signal" requests (OpenSSH on root logins, and
+// before 7.9 on any) still sees the command's whole process group killed
+// within a second, through a second session.
+func TestRunCancelKillsGroupWhenSignalsIgnored(t *testing.T) {
+	for _, sudo := range []bool{false, true} {
+		t.Run(map[bool]string{false: "login user", true: "sudo"}[sudo], func(t *testing.T) {
+			vm := newFakeVM(t)
+			var opts []RunOption
+			if sudo {
+				vm = newNonRootVM(t)
+				opts = append(opts, WithSudo())
+			}
+			vm.srv.SetFaults(sshd.Faults{IgnoreSignals: true})
+			c := vm.dial(t, nil)
+			ctx, cancel := context.WithCancel(testCtx(t))
+			defer cancel()
+			line := newLineWriter()
+			var cancelled time.Time
+			go func() { <-line.fired; cancelled = time.Now(); cancel() }()
+			res, err := c.Run(ctx, `sleep 30 & echo $$ $!; wait`, append(opts, WithOutput(line, nil))...)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run = %v, want context.Canceled", err)
+			}
+			if d := time.Since(cancelled); d > time.Second {
+				t.Errorf("Run returned %v after the cancel, want within 1s", d)
+			}
+			var pids [2]int
+			if n, _ := fmt.Sscan(string(res.Stdout), &pids[0], &pids[1]); n != 2 || len(res.Stderr) != 0 {
+				t.Fatalf("stdout %q, stderr %q: want the two pids and nothing else", res.Stdout, res.Stderr)
+			}
+			for _, pid := range pids {
+				if !processGone(pid, cancelled.Add(time.Second)) {
+					t.Errorf("pid %d still alive 1s after the cancel", pid)
+				}
+			}
+			if sudo { // the kill went through sudo, as the command did
+				want := []string{"id_-u", "sudo_-n_true", "sudo_-n_--_sh", "sudo_-n_--_sh"}
+				if got := vm.calls(t); strings.Join(got, " ") != strings.Join(want, " ") {
+					t.Errorf("remote calls %v, want %v", got, want)
+				}
+			}
+			// The client still works.
+			if res, err := c.Run(testCtx(t), "echo ok"); err != nil || string(res.Stdout) != "ok\n" {
+				t.Fatalf("Run after cancel = %+v, %v", res, err)
+			}
+		})
+	}
+}
+
+// When the connection is stalled, no second session opens and no signal
+// arrives: closing the session after TERM's and KILL's grace is all Run
+// can do, and it returns then.
+func TestRunCancelOnStalledConnectionReturns(t *testing.T) {
 	vm := newFakeVM(t)
-	vm.srv.SetFaults(sshd.Faults{IgnoreSignals: true}) // sshd older than OpenSSH 7.9
 	c := vm.dial(t, nil)
 	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
 	started := newSignalWriter()
-	go func() { <-started.fired; cancel() }()
+	go func() {
+		<-started.fired
+		vm.srv.SetFaults(sshd.Faults{Stall: true})
+		cancel()
+	}()
 	const grace = 100 * time.Millisecond
 	begin := time.Now()
 	_, err := c.Run(ctx, "echo started; sleep 30", WithOutput(started, nil), WithKillGrace(grace))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
-	if d := time.Since(begin); d > 5*time.Second {
-		t.Errorf("Run returned after %v", d)
+	if d := time.Since(begin); d > 2*grace+2*time.Second {
+		t.Errorf("Run returned after %v, want about %v", d, 2*grace)
 	}
-	// The client still works.
-	if res, err := c.Run(testCtx(t), "echo ok"); err != nil || string(res.Stdout) != "ok\n" {
-		t.Fatalf("Run after cancel = %+v, %v", res, err)
-	}
+	vm.srv.SetFaults(sshd.Faults{}) // let Close and the server finish cleanly
 }
 
 func TestRunConcurrentSessions(t *testing.T) {

@@ -216,6 +216,105 @@ func (r *realSSHD) dial(t *testing.T) *Client {
 	return c
 }
 
+// login is a user the real sshd lets in; check skips (or, under $CI, fails)
+// the subtest when the user cannot be had on this machine.
+type login struct {
+	name, user string
+	sudo       bool // run commands WithSudo
+	check      func(t *testing.T)
+}
+
+// unprivilegedUser is the account the real-sshd tests create, when run as
+// root, to log in as a user that is not root.
+const unprivilegedUser = "gpuprovtest"
+
+// logins returns root, an unprivileged user, and that user again running
+// its commands through sudo. Running as root, it creates the unprivileged
+// user (idempotently, with /bin/sh as its shell, which is not bash on
+// Debian), makes the authorized keys readable by it and, when sudo is
+// installed, lets it use sudo without a password until the test ends;
+// running as another user, that user is the unprivileged one and the
+// others are skipped. Call it before start.
+func (r *realSSHD) logins(t *testing.T) []login {
+	t.Helper()
+	ok := func(*testing.T) {}
+	unavailable := func(why string) func(*testing.T) {
+		return func(t *testing.T) {
+			t.Helper()
+			if os.Getenv("CI") != "" {
+				t.Fatalf("under $CI this must run: %s", why)
+			}
+			t.Skipf("skipping: %s", why)
+		}
+	}
+	if os.Geteuid() != 0 {
+		return []login{
+			{name: "root", check: unavailable("logging in as root needs the tests to run as root")},
+			{name: "unprivileged", user: r.user, check: ok},
+			{name: "sudo", check: unavailable("granting sudo needs the tests to run as root")},
+		}
+	}
+	users := []login{{name: "root", user: r.user, check: ok}}
+	if err := ensureUser(unprivilegedUser); err != nil {
+		return append(users, login{name: "unprivileged", check: unavailable(err.Error())},
+			login{name: "sudo", check: unavailable(err.Error())})
+	}
+	// sshd reads AuthorizedKeysFile as the user.
+	for _, p := range []string{filepath.Dir(r.dir), r.dir} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(r.dir, "authorized_keys"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	users = append(users, login{name: "unprivileged", user: unprivilegedUser, check: ok})
+	sudo := login{name: "sudo", user: unprivilegedUser, sudo: true, check: ok}
+	if _, err := os.Stat("/etc/sudoers.d"); err != nil {
+		// Not required by the CI machine, which has no sudo.
+		sudo.check = func(t *testing.T) { t.Skipf("skipping: sudo is not installed: %v", err) }
+		return append(users, sudo)
+	}
+	// A file of its own: another test binary may grant and revoke too.
+	// (sudo skips names with a dot in /etc/sudoers.d.)
+	grant := filepath.Join("/etc/sudoers.d", fmt.Sprintf("%s_%d_%d", unprivilegedUser, os.Getpid(), time.Now().UnixNano()))
+	if err := os.WriteFile(grant, []byte(unprivilegedUser+" ALL=(root) NOPASSWD: ALL\n"), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(grant) }) // gone already is fine
+	return append(users, sudo)
+}
+
+// ensureUser creates a local user with a home and /bin/sh as its shell,
+// unless it exists. Its password is "*": no password login, but not
+// locked, which sshd without PAM would refuse.
+func ensureUser(name string) error {
+	if _, err := user.Lookup(name); err == nil {
+		return nil
+	}
+	useradd, err := exec.LookPath("useradd")
+	if err != nil {
+		return fmt.Errorf("cannot create user %s: %w", name, err)
+	}
+	out, err := exec.Command(useradd, "--create-home", "--shell", "/bin/sh", "--password", "*", name).CombinedOutput()
+	if _, lookErr := user.Lookup(name); lookErr != nil { // another test run may have created it meanwhile
+		return fmt.Errorf("useradd %s: %v: %s", name, err, out)
+	}
+	return nil
+}
+
+func (r *realSSHD) dialAs(t *testing.T, user string) *Client {
+	t.Helper()
+	cfg := r.cfg(t, r.fixed(t))
+	cfg.User = user
+	c, err := Dial(testCtx(t), cfg)
+	if err != nil {
+		t.Fatalf("dial real sshd as %s: %v", user, err)
+	}
+	closeClient(t, c)
+	return c
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

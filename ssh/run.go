@@ -18,8 +18,9 @@ const (
 	// DefaultOutputLimit caps each of stdout and stderr kept by Run; the
 	// rest is read and discarded, and Result.Truncated is set.
 	DefaultOutputLimit = 16 << 20
-	// DefaultKillGrace is how long a cancelled Run waits after TERM before
-	// KILL, and after KILL before closing the session.
+	// DefaultKillGrace is how long a cancelled Run waits for the command
+	// to die after TERM before KILL, and after KILL before closing the
+	// session.
 	DefaultKillGrace = 2 * time.Second
 	// stderrTail is how much of stderr an ExitError keeps.
 	stderrTail = 4 << 10
@@ -98,19 +99,30 @@ func WithOutput(stdout, stderr io.Writer) RunOption {
 func WithSudo() RunOption { return func(o *runOptions) { o.sudo = true } }
 
 // Run runs cmd through the login shell of the remote user and returns its
-// output and exit status.
+// output and exit status. The login shell must be a POSIX one (sh, dash,
+// bash, zsh, ksh): Run puts a line of its own before cmd, which prints the
+// shell's pid on stderr, and takes that line out of stderr again, so
+// stdout, stderr and the exit status are byte for byte what cmd gave.
 //
 // A command that exits non-zero or is killed returns its Result and an
-// error wrapping *[ExitError]. If ctx ends first, Run sends TERM, then KILL
-// after the grace period, then closes the session, and returns what was
-// printed and an error wrapping ctx.Err(). (OpenSSH ignores signals on
-// root logins, and before 7.9 on any: then only closing the session is
-// left, and the remote command may outlive it until it next writes
-// output.) If the connection dies before an
-// exit status arrives, the error wraps [ErrConnectionLost] (and
-// [ErrPeerUnresponsive] if keepalives found the peer dead): the command
-// may or may not have run. cmd must not contain NUL; build it with
-// [Command] or [Quote] when it has arguments.
+// error wrapping *[ExitError]. If ctx ends first, Run kills the command's
+// whole process group (the login shell and everything it started that did
+// not leave the group): TERM, then KILL after the grace period (see
+// [WithKillGrace]), each sent both as an SSH "signal" request and by
+// `kill` on the group run over a second session on the same connection
+// (through `sudo -n` when the command was); it then closes the session
+// after the grace period again, and returns what was printed and an error
+// wrapping ctx.Err(). A command that dies of TERM is gone, and Run has
+// returned, well within a second, for root logins too, where OpenSSH
+// ignores signal requests. When no second session opens (a broken
+// connection; or sshd's MaxSessions, 10 by default, taken by other Runs on
+// this Client) only the signal requests are left, and when the connection
+// is broken not even they arrive: closing the session is all that is left,
+// and the remote command may outlive it until it next writes output. If the connection dies before an exit status
+// arrives, the error wraps [ErrConnectionLost] (and [ErrPeerUnresponsive]
+// if keepalives found the peer dead): the command may or may not have run.
+// cmd must not contain NUL; build it with [Command] or [Quote] when it has
+// arguments.
 func (c *Client) Run(ctx context.Context, cmd string, opts ...RunOption) (Result, error) {
 	o := runOptions{limit: DefaultOutputLimit, grace: DefaultKillGrace}
 	for _, opt := range opts {
@@ -137,13 +149,16 @@ func (c *Client) run(ctx context.Context, cmd string, o runOptions) (Result, err
 	fail := func(err error) (Result, error) {
 		return Result{ExitCode: -1}, fmt.Errorf("ssh: %s: %s: %w", c.target, short, err)
 	}
+	// A command wrapped in sudo is killed through sudo too.
+	viaSudo := o.sudo && c.viaSudo()
 	sess, err := c.newSession(ctx)
 	if err != nil {
 		return fail(err)
 	}
 	stdout := &capBuffer{limit: o.limit, tee: o.stdout}
 	stderr := &capBuffer{limit: o.limit, tee: o.stderr}
-	sess.Stdout, sess.Stderr = stdout, stderr
+	group := newGroupReport(stderr)
+	sess.Stdout, sess.Stderr = stdout, group
 	var stdin io.WriteCloser
 	if o.stdin != nil {
 		if stdin, err = sess.StdinPipe(); err != nil {
@@ -155,7 +170,7 @@ func (c *Client) run(ctx context.Context, cmd string, o runOptions) (Result, err
 	begin := time.Now()
 	waited := make(chan error, 1)
 	started := c.spawn(func() {
-		if err := sess.Start(cmd); err != nil {
+		if err := sess.Start(group.wrap(cmd)); err != nil {
 			waited <- fmt.Errorf("start: %w", err)
 			return
 		}
@@ -180,10 +195,11 @@ func (c *Client) run(ctx context.Context, cmd string, o runOptions) (Result, err
 	case waitErr = <-waited:
 	case <-ctx.Done():
 		cancelled = true
-		waitErr = c.stop(sess, waited, o.grace)
+		waitErr = c.stop(sess, waited, o.grace, group, viaSudo)
 	}
 	_ = sess.Close() // usually already closed by the server; nothing to report
 
+	group.finish()
 	res := Result{ExitCode: -1}
 	res.Stdout, res.Truncated = stdout.seal()
 	var errTrunc bool
@@ -220,15 +236,26 @@ func (c *Client) run(ctx context.Context, cmd string, o runOptions) (Result, err
 	}
 }
 
-// stop ends a cancelled command: TERM, then KILL, then closing the
-// session. It returns the session's Wait error if it came in time.
-func (c *Client) stop(sess *gossh.Session, waited <-chan error, grace time.Duration) error {
+// stop ends a cancelled command: TERM, then KILL after grace, then
+// closing the session after grace again. Each signal goes both as an SSH
+// "signal" request, which OpenSSH ignores on root logins, and as a kill of
+// the command's process group over a second session, which needs a
+// working connection. It returns the session's Wait error if it came in
+// time.
+func (c *Client) stop(sess *gossh.Session, waited <-chan error, grace time.Duration, group *groupReport, sudo bool) error {
+	// Closed once the command is seen to end: kills not yet sent are moot.
+	// A kill already decided is sent even if Run gives up waiting first.
+	exited := make(chan struct{})
 	for _, sig := range []gossh.Signal{gossh.SIGTERM, gossh.SIGKILL} {
-		_ = sess.Signal(sig) // a server that ignores signals gets the next step
+		_ = sess.Signal(sig) // a server that ignores signals still gets the kill
+		if !c.spawn(func() { c.killGroup(group, sig, sudo, exited) }) {
+			break // the client is closing: so is the session
+		}
 		t := time.NewTimer(grace)
 		select {
 		case err := <-waited:
 			t.Stop()
+			close(exited)
 			return err
 		case <-t.C:
 		}

@@ -44,7 +44,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, content []byte, mod
 	if err != nil {
 		return fmt.Errorf("ssh: write %s: %w", path, err)
 	}
-	o := runOptions{limit: 64 << 10, grace: DefaultKillGrace, stdin: bytes.NewReader(content)}
+	o := runOptions{limit: 64 << 10, grace: DefaultKillGrace, stdin: bytes.NewReader(content), sudo: true}
 	_, err = c.run(ctx, cmd, o)
 	var ee *ExitError
 	if errors.As(err, &ee) && ee.Code == checksumExit {
@@ -109,6 +109,14 @@ func (c *Client) asRootCommand(ctx context.Context, script string) (string, erro
 		return "sh -c " + Quote(script), nil
 	}
 	return "sudo -n -- sh -c " + Quote(script), nil
+}
+
+// viaSudo reports that commands run as root go through `sudo -n`: the
+// login user is known not to be root.
+func (c *Client) viaSudo() bool {
+	c.privMu.Lock()
+	defer c.privMu.Unlock()
+	return c.privKnown && !c.asRoot
 }
 
 // isRoot probes, once per Client, whether the login user is root, and if
