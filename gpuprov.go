@@ -211,8 +211,14 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 	if p.owner == "" {
 		p.owner = defaultOwner()
 	}
-	for _, pp := range p.providers {
+	for _, name := range p.Providers() {
+		pp := p.providers[name]
 		pp.clock = p.clock
+		// Every create is stamped with the journal's installation; a
+		// provider that filters on another would never see it again.
+		if err := pp.BindInstallation(j.Installation()); err != nil {
+			p.pending = append(p.pending, fmt.Errorf("gpuprov: provider %q: %w: build it with the journal's installation (its WithInstallation(journal.Installation())) or through WithRegistryProvider", name, err))
+		}
 	}
 	if err := errors.Join(p.pending...); err != nil {
 		return nil, err

@@ -17,6 +17,8 @@
 //	Name          the id recorded on every VM row                          -
 //	Capabilities  unsupported features, BootTimeout, DeleteTimeout,        -
 //	              PollInterval, ConsistencyWindow, API rate
+//	BindInstallation take the journal's installation id when built with   accept another id than
+//	              none (gpuprov.New calls it first); [BindInstallation]     the one it was built with
 //	Plan          offers cheapest first; what Create needs in Offer.Detail create anything
 //	Prepare       idempotent per (VM, location): firewall, key, image;     create the instance
 //	              the result is private JSON and is journaled

@@ -21,6 +21,16 @@ type CloudProvider interface {
 	// pace and bound its waits. It must be cheap and constant.
 	Capabilities() Capabilities
 
+	// BindInstallation hands the provider the journal's installation id,
+	// which it must tag every resource with and filter Observe and List on.
+	// The core calls it once, before any other call (gpuprov.New does). It
+	// sets the id when the provider has none, accepts the id it already
+	// has, and returns an error naming both when it was built with another:
+	// a provider filtering on another id than the one the core stamps on
+	// every create would lose sight of what it created and leak it. The
+	// helper BindInstallation is the usual body.
+	BindInstallation(id string) error
+
 	// Plan returns the offers that satisfy req, cheapest first. It must not
 	// create anything. An offer carries in Detail whatever Create needs.
 	// A request the cloud can never satisfy returns no offers and no error.
@@ -69,6 +79,19 @@ type CloudProvider interface {
 // instances terminated recently too, so that a reclaim is attributed.
 type Diagnoser interface {
 	Diagnose(ctx context.Context, loc Location, vm, instanceID string) (Diagnosis, error)
+}
+
+// BindInstallation is the usual body of CloudProvider.BindInstallation
+// for an adapter whose installation id is *current.
+func BindInstallation(current *string, id string) error {
+	switch *current {
+	case "":
+		*current = id
+		return nil
+	case id:
+		return nil
+	}
+	return fmt.Errorf("built for installation %q, not the journal's %q", *current, id)
 }
 
 // Lister is implemented by providers that can list, in one call per location,

@@ -152,6 +152,12 @@ func WithName(name string) Option { return func(p *Provider) { p.name = name } }
 // filtered on by Observe and List.
 func WithInstallation(id string) Option { return func(p *Provider) { p.installation = id } }
 
+// BindInstallation implements provider.CloudProvider: gpuprov.New calls it
+// with the journal's installation id.
+func (p *Provider) BindInstallation(id string) error {
+	return provider.BindInstallation(&p.installation, id)
+}
+
 // WithLogger sets the logger (default: discard). The API key never reaches it.
 func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
 

@@ -34,7 +34,8 @@ type Harness struct {
 // Plan is sorted, canonical and filtered; Prepare and Cleanup are
 // idempotent; Create labels the instance so Observe finds it by identity;
 // Delete of an unknown or already deleted id is success; Observe of an
-// unknown VM is empty; a broken instance is reported Failed, not hidden; a
+// unknown VM is empty; BindInstallation accepts the installation the
+// provider was built with and refuses another; a broken instance is reported Failed, not hidden; a
 // Lister lists what Observe sees.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
@@ -94,6 +95,16 @@ func Run(t *testing.T, h Harness) {
 			if o.Location.Region == "" || o.InstanceType == "" || o.GPUCount <= 0 {
 				t.Fatalf("offer %d lacks location, type or count: %+v", i, o)
 			}
+		}
+	})
+
+	t.Run("binds to its installation and refuses another", func(t *testing.T) {
+		p := h.New(t)
+		if err := p.BindInstallation(h.Installation); err != nil {
+			t.Fatalf("BindInstallation of the id it was built with: %v", err)
+		}
+		if err := p.BindInstallation(h.Installation + "-other"); err == nil {
+			t.Fatal("BindInstallation accepted another journal's installation")
 		}
 	})
 

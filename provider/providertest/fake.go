@@ -114,6 +114,13 @@ func Offer(region, zone, typ, gpu string, count int, price float64) provider.Off
 		GPU: g.Name, GPUCount: count, GPUMemoryGB: g.MemoryGB, PricePerHour: price}
 }
 
+// BindInstallation implements provider.CloudProvider.
+func (f *Fake) BindInstallation(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return provider.BindInstallation(&f.Installation, id)
+}
+
 // Script adds rules, checked in order before the fake does its normal work.
 func (f *Fake) Script(rules ...*Rule) {
 	f.mu.Lock()

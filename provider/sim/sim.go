@@ -164,6 +164,12 @@ func WithName(name string) Option { return func(p *Provider) { p.name = name } }
 // and every Observe and List filters on.
 func WithInstallation(id string) Option { return func(p *Provider) { p.installation = id } }
 
+// BindInstallation implements provider.CloudProvider: gpuprov.New calls it
+// with the journal's installation id.
+func (p *Provider) BindInstallation(id string) error {
+	return provider.BindInstallation(&p.installation, id)
+}
+
 // WithHTTPClient sets the HTTP client (default: a pooled client of its own).
 func WithHTTPClient(c *http.Client) Option {
 	return func(p *Provider) { p.hc = c }
