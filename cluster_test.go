@@ -26,6 +26,8 @@ type fakeNodes struct {
 	hostKey  string
 	failBoot map[string]bool // VM → bootstrap fails
 	failConn map[string]int  // VM → connect failures left
+	// failConnErr is what a failing connect returns (default: refused).
+	failConnErr error
 	served   []string
 	joined   map[string]string // agent → server
 }
@@ -62,6 +64,9 @@ func (n *fakeNodes) Connect(ctx context.Context, node gpuprov.Node) (gpuprov.Con
 	defer n.mu.Unlock()
 	if n.failConn[node.VM] > 0 {
 		n.failConn[node.VM]--
+		if n.failConnErr != nil {
+			return nil, n.failConnErr
+		}
 		return nil, errors.New("connection refused")
 	}
 	n.log = append(n.log, node.VM+": connect "+node.SSH.Address())

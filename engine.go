@@ -56,6 +56,7 @@ type driver struct {
 	join     func(ctx context.Context, n Node, c Conn) error // cluster nodes only
 	// joinCluster says the VM must serve or join its cluster to be ready.
 	joinCluster bool
+	lastErr     error     // why this process's last attempt failed
 	released    bool      // the last write freed the lease
 	seen        time.Time // when the last observation used started
 	// pending is a write that may wait for the driver's next one: the
@@ -251,7 +252,7 @@ func (d *driver) provision(ctx context.Context) error {
 			max = d.p.maxOffers
 		}
 		if len(d.tried) >= max {
-			return d.fail(ctx, fmt.Errorf("%w: tried %d offers (the bound)", ErrOffersExhausted, len(d.tried)))
+			return d.fail(ctx, d.withLast(fmt.Errorf("%w: tried %d offers (the bound)", ErrOffersExhausted, len(d.tried))))
 		}
 		offer, err := d.nextOffer(ctx)
 		if err != nil {
@@ -259,7 +260,7 @@ func (d *driver) provision(ctx context.Context) error {
 			if errors.As(err, &je) {
 				return err
 			}
-			return d.fail(ctx, err)
+			return d.fail(ctx, d.withLast(err))
 		}
 		a, err := d.startAttempt(ctx, offer)
 		if err != nil {
@@ -273,6 +274,19 @@ func (d *driver) provision(ctx context.Context) error {
 			return stop
 		}
 	}
+}
+
+// withLast adds to err, which ends the launch for want of offers, why the
+// last attempt failed: the cause a caller acts on (a refused SSH key, a
+// quota) is there, not only in the events.
+func (d *driver) withLast(err error) error {
+	switch {
+	case d.lastErr != nil:
+		return fmt.Errorf("%w; the last attempt failed: %w", err, d.lastErr)
+	case d.row.LastError != "": // resumed after a restart: the journaled text
+		return fmt.Errorf("%w; the last attempt failed: %s", err, d.row.LastError)
+	}
+	return err
 }
 
 // startAttempt journals a new attempt on offer before anything is prepared.

@@ -46,6 +46,7 @@ func (d *driver) afterFailure(ctx context.Context, a *journal.Attempt, err error
 	}
 
 	a.Error, a.ErrorKind = err.Error(), errorKindName(err)
+	d.lastErr = err
 	d.row.LastError, d.row.LastErrorKind = a.Error, a.ErrorKind
 	fe := d.event(EvFailure, a, err.Error())
 	fe.ErrorKind = a.ErrorKind

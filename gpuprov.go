@@ -1,6 +1,7 @@
 package gpuprov
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,8 +11,11 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/org/gpuprov/internal/backoff"
 	"github.com/org/gpuprov/internal/clock"
@@ -62,6 +66,7 @@ type Provisioner struct {
 	hostKeys  bool
 	sshUser   string
 	authKeys  []string
+	sshKey    gossh.Signer // WithSSHKey
 
 	connector    Connector
 	bootstrapper Bootstrapper
@@ -159,6 +164,23 @@ func WithSSH(user string, authorizedKeys []string, injectHostKeys bool) Option {
 	return func(p *Provisioner) { p.sshUser, p.authKeys, p.hostKeys = user, authorizedKeys, injectHostKeys }
 }
 
+// WithSSHKey is the one SSH setting most callers need. signer is the client
+// key: its public half is installed on every VM (beside any keys WithSSH
+// lists), and the connect phase logs in with it through an SSHConnector
+// that verifies each node's pinned host key (unless WithConnector sets a
+// connector of another kind; an SSHConnector given there without a Signer
+// gets this one). The login user is the provider's, "root" by default, or
+// WithSSH's or the Request's.
+func WithSSHKey(signer gossh.Signer) Option {
+	return func(p *Provisioner) {
+		if signer == nil {
+			p.pending = append(p.pending, errors.New("gpuprov: WithSSHKey: nil signer"))
+			return
+		}
+		p.sshKey = signer
+	}
+}
+
 // WithConnector sets the connect phase (for example the ssh package's). With
 // none, a launch is ready as soon as its instance runs with an SSH endpoint.
 func WithConnector(c Connector) Option { return func(p *Provisioner) { p.connector = c } }
@@ -223,6 +245,9 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 	if err := errors.Join(p.pending...); err != nil {
 		return nil, err
 	}
+	if err := p.reconcileSSH(); err != nil {
+		return nil, err
+	}
 	if (p.bootstrapper != nil || p.joiner != nil) && p.connector == nil {
 		return nil, errors.New("gpuprov: a bootstrapper or joiner needs a connector")
 	}
@@ -232,6 +257,49 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 	p.stopHB, p.hbDone = make(chan struct{}), make(chan struct{})
 	go p.heartbeat()
 	return p, nil
+}
+
+// reconcileSSH derives the SSH settings from WithSSHKey and refuses settings
+// that cannot log in: an SSHConnector whose key is not installed on the VMs
+// would wait out the connect timeout on every offer.
+func (p *Provisioner) reconcileSSH() error {
+	if p.sshKey != nil {
+		line := authorizedLine(p.sshKey.PublicKey())
+		if !slices.ContainsFunc(p.authKeys, func(k string) bool { return sameKey(k, p.sshKey.PublicKey()) }) {
+			p.authKeys = append(slices.Clip(p.authKeys), line)
+		}
+		switch c := p.connector.(type) {
+		case nil:
+			p.connector = &SSHConnector{Signer: p.sshKey}
+		case *SSHConnector:
+			if c.Signer == nil {
+				c.Signer = p.sshKey
+			}
+		}
+	}
+	c, ok := p.connector.(*SSHConnector)
+	if !ok {
+		return nil // no connector, or one of the caller's own making
+	}
+	if c.Signer == nil {
+		return errors.New("gpuprov: the SSHConnector has no Signer: give the client key with WithSSHKey(signer), which installs it on every VM and connects with it")
+	}
+	if !slices.ContainsFunc(p.authKeys, func(k string) bool { return sameKey(k, c.Signer.PublicKey()) }) {
+		return fmt.Errorf("gpuprov: the SSHConnector logs in with key %s, which is not installed on the VMs (WithSSH lists %d other keys), so every login would be refused: use WithSSHKey(signer), which installs the key and connects with it",
+			gossh.FingerprintSHA256(c.Signer.PublicKey()), len(p.authKeys))
+	}
+	return nil
+}
+
+// authorizedLine is pub as an authorized_keys line.
+func authorizedLine(pub gossh.PublicKey) string {
+	return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pub)))
+}
+
+// sameKey reports whether the authorized_keys line holds pub.
+func sameKey(line string, pub gossh.PublicKey) bool {
+	k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(line))
+	return err == nil && bytes.Equal(k.Marshal(), pub.Marshal())
 }
 
 // Close stops the lease heartbeat. Launches still running lose their leases

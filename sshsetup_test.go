@@ -1,0 +1,118 @@
+package gpuprov_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/provider"
+)
+
+func newSigner(t *testing.T) gossh.Signer {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := gossh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// keyRecorder is a provider that records the keys each create installs.
+type keyRecorder struct {
+	provider.CloudProvider
+	mu   sync.Mutex
+	keys [][]string
+}
+
+func (k *keyRecorder) Create(ctx context.Context, o *provider.Offer, prep json.RawMessage, s *provider.InstanceSpec) (string, error) {
+	k.mu.Lock()
+	k.keys = append(k.keys, s.AuthorizedKeys)
+	k.mu.Unlock()
+	return k.CloudProvider.Create(ctx, o, prep, s)
+}
+
+// SSH settings that cannot log in are refused at New, with the fix named.
+func TestNewRefusesIncoherentSSH(t *testing.T) {
+	e := newEnv(t)
+	key, other := newSigner(t), newSigner(t)
+	otherLine := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(other.PublicKey())))
+	for _, tc := range []struct {
+		name string
+		opts []gpuprov.Option
+		want string
+	}{
+		{"connector without any key installed", []gpuprov.Option{gpuprov.WithConnector(&gpuprov.SSHConnector{Signer: key})},
+			gossh.FingerprintSHA256(key.PublicKey())},
+		{"connector key not among the installed ones", []gpuprov.Option{gpuprov.WithConnector(&gpuprov.SSHConnector{Signer: key}),
+			gpuprov.WithSSH("ubuntu", []string{otherLine}, true)}, "not installed on the VMs"},
+		{"connector without a signer", []gpuprov.Option{gpuprov.WithConnector(&gpuprov.SSHConnector{})}, "no Signer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := gpuprov.New(e.j, append([]gpuprov.Option{gpuprov.WithProvider(e.fake("a"))}, tc.opts...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "WithSSHKey") {
+				t.Fatalf("New: %v; want an error saying %q and naming WithSSHKey", err, tc.want)
+			}
+		})
+	}
+}
+
+// WithSSHKey installs the key it connects with: given once, it reaches both
+// the VMs' authorized keys and the connector.
+func TestWithSSHKeyInstallsTheKeyItConnectsWith(t *testing.T) {
+	e := newEnv(t)
+	key := newSigner(t)
+	rec := &keyRecorder{CloudProvider: e.fake("a")}
+	conn := &gpuprov.SSHConnector{}
+	p, err := gpuprov.New(e.j, gpuprov.WithClock(e.clk), gpuprov.WithProvider(rec), gpuprov.WithSSHKey(key), gpuprov.WithConnector(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if conn.Signer != key {
+		t.Fatal("the SSHConnector given without a Signer did not get WithSSHKey's")
+	}
+	fn := newFakeNodes()
+	p, err = gpuprov.New(e.j, gpuprov.WithClock(e.clk), gpuprov.WithProvider(rec), gpuprov.WithSSHKey(key), gpuprov.WithConnector(fn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Launch(context.Background(), h100("keyed")); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(key.PublicKey())))
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.keys) == 0 || len(rec.keys[0]) != 1 || rec.keys[0][0] != want {
+		t.Fatalf("keys installed %v, want [%s]", rec.keys, want)
+	}
+}
+
+// A launch that fails because the SSH login is refused says so in its
+// error, not only in its events.
+func TestLaunchErrorCarriesTheLastCause(t *testing.T) {
+	fn := newFakeNodes()
+	refused := "ssh: handshake failed: ssh: unable to authenticate, attempted methods [none publickey]: refused key SHA256:abc"
+	fn.failConnErr = errors.New(refused)
+	fn.failConn["locked"] = 100
+	e := newEnv(t, gpuprov.WithConnector(fn))
+	req := h100("locked")
+	req.MaxOffers = 1
+	_, err := e.p.Launch(context.Background(), req)
+	if !errors.Is(err, gpuprov.ErrOffersExhausted) || !strings.Contains(err.Error(), "refused key SHA256:abc") {
+		t.Fatalf("launch error %v; want offers exhausted with the refused key", err)
+	}
+	e.assertClean("locked")
+}
