@@ -28,8 +28,8 @@ type fakeNodes struct {
 	failConn map[string]int  // VM → connect failures left
 	// failConnErr is what a failing connect returns (default: refused).
 	failConnErr error
-	served   []string
-	joined   map[string]string // agent → server
+	served      []string
+	joined      map[string]string // agent → server
 }
 
 func newFakeNodes() *fakeNodes {
