@@ -20,8 +20,9 @@ const (
 	DefaultOutputLimit = 16 << 20
 	// DefaultKillGrace is how long a cancelled Run waits for the command
 	// to die after TERM before KILL, and after KILL before closing the
-	// session.
-	DefaultKillGrace = 2 * time.Second
+	// session: short enough that a cancelled command's process group is
+	// gone within a second even when it ignores TERM.
+	DefaultKillGrace = 500 * time.Millisecond
 	// stderrTail is how much of stderr an ExitError keeps.
 	stderrTail = 4 << 10
 )
