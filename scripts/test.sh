@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs gpuprov's whole test suite on a fresh machine: installs what the tests
-# need when it is missing (OpenSSH's sshd for the ssh tests, the PostgreSQL
+# need when it is missing (OpenSSH's sshd and sudo for the ssh tests, the PostgreSQL
 # server binaries for the journal/postgres, replica and fleet tests, which
 # start a private server of their own on loopback), then vets and tests
 # every package with the race detector. Set GPUPROV_TEST_POSTGRES to a
@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 
 need_pkgs=()
 [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
+# sudo: the ssh tests cancel a command run through `sudo -n` as an
+# unprivileged login they create.
+command -v sudo >/dev/null || need_pkgs+=(sudo)
 if [ -z "${GPUPROV_TEST_POSTGRES:-}" ] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && ! command -v initdb >/dev/null; then
   need_pkgs+=(postgresql)
 fi
