@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/journal/sqlite"
 	pt "github.com/org/gpuprov/provider/providertest"
 )

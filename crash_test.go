@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/journal"
 	_ "github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/provider"
 )

@@ -17,8 +17,8 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/internal/backoff"
-	"github.com/org/gpuprov/internal/clock"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/provider"
 )

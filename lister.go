@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/provider"
 )
 

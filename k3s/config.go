@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/provider"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 )
 
 // role is what a node runs: the server or an agent.

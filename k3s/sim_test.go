@@ -18,7 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/internal/simcloud/k3semu"
 	"github.com/org/gpuprov/k3s"

@@ -19,7 +19,7 @@ import (
 
 	"github.com/jarcoal/httpmock"
 
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/provider/aws"
 )
 

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/aws"
 )

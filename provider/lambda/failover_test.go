@@ -13,7 +13,7 @@ import (
 	"github.com/jarcoal/httpmock"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/internal/openapitest"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"

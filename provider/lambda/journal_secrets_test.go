@@ -15,7 +15,7 @@ import (
 	"github.com/jarcoal/httpmock"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/internal/rest/resttest"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/provider"
 	pt "github.com/org/gpuprov/provider/providertest"
 )

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"

@@ -38,7 +38,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/internal/rest"
 	"github.com/org/gpuprov/provider"
 )

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/org/gpuprov/internal/clock"
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/sim"

@@ -1,5 +1,15 @@
 // Package clock is the time source of everything in gpuprov that waits, so
 // that tests hand the engine a fake clock and never sleep for real seconds.
+//
+// Real is the wall clock. Fake is a manual clock for tests; with
+// AutoAdvance it jumps to the earliest pending sleep, so a 20-minute boot
+// timeout runs in milliseconds:
+//
+//	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+//	defer clk.AutoAdvance()()
+//	p, err := gpuprov.New(j, gpuprov.WithClock(clk), ...)
+//
+// A caller may also implement Clock itself (Now, NewTimer, Sleep).
 package clock
 
 import (
