@@ -27,6 +27,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -179,6 +181,61 @@ type Event struct {
 	Owner      string    `json:"owner,omitempty"`
 }
 
+// String renders the event as one line: time, VM, type, and what of
+// attempt, location, phase, error kind and message it has.
+func (e Event) String() string {
+	var b strings.Builder
+	b.WriteString(e.Time.UTC().Format(time.RFC3339))
+	b.WriteString(" " + e.VM + " " + e.Type)
+	if e.Attempt > 0 {
+		fmt.Fprintf(&b, " attempt=%d", e.Attempt)
+	}
+	if e.Provider != "" {
+		b.WriteString(" " + e.Provider)
+		if e.Region != "" {
+			b.WriteString("/" + e.Region)
+		}
+		if e.Zone != "" {
+			b.WriteString("/" + e.Zone)
+		}
+	}
+	if e.Phase != "" {
+		b.WriteString(" phase=" + e.Phase)
+	}
+	if e.ErrorKind != "" {
+		b.WriteString(" kind=" + e.ErrorKind)
+	}
+	if e.Message != "" {
+		b.WriteString(": " + e.Message)
+	}
+	return b.String()
+}
+
+// LogValue implements slog.LogValuer: the event as a group of its set
+// fields, so that logger.Info("gpuprov", "event", ev) logs structured keys.
+func (e Event) LogValue() slog.Value {
+	attrs := []slog.Attr{slog.Time("time", e.Time), slog.String("vm", e.VM), slog.String("type", e.Type)}
+	add := func(k, v string) {
+		if v != "" {
+			attrs = append(attrs, slog.String(k, v))
+		}
+	}
+	if e.Attempt > 0 {
+		attrs = append(attrs, slog.Int("attempt", e.Attempt))
+	}
+	add("provider", e.Provider)
+	add("region", e.Region)
+	add("zone", e.Zone)
+	add("phase", e.Phase)
+	add("instance_id", e.InstanceID)
+	add("error_kind", e.ErrorKind)
+	add("message", e.Message)
+	if e.Seq > 0 {
+		attrs = append(attrs, slog.Int64("seq", e.Seq))
+	}
+	return slog.GroupValue(attrs...)
+}
+
 // Block is one blocklist entry: offers matching Key are skipped until Until.
 // Blocks are upserted by Key; a later Until replaces an earlier one.
 type Block struct {
@@ -221,8 +278,33 @@ type Step struct {
 
 // ListOptions filters ListVMs. Zero fields match everything.
 type ListOptions struct {
-	States  []VMState
+	// States keeps VMs in any of these states.
+	States []VMState
+	// Live keeps only VMs that are not over (not deleted or failed):
+	// pending, provisioning, ready and deleting, the ones that may hold a
+	// machine. With States, both must hold.
+	Live    bool
 	Cluster string
+}
+
+// WantedStates is the state filter opts asks for, Live folded into States:
+// nil means every state; an empty non-nil slice means none. Backends filter
+// on it.
+func (opts ListOptions) WantedStates() []VMState {
+	if !opts.Live {
+		return opts.States
+	}
+	live := []VMState{StatePending, StateProvisioning, StateReady, StateDeleting}
+	if len(opts.States) == 0 {
+		return live
+	}
+	out := []VMState{}
+	for _, s := range opts.States {
+		if !s.Terminal() && slices.Contains(live, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // EventQuery filters Events. Events come in Seq order.

@@ -108,8 +108,8 @@ func testCreateReplacesTerminal(t *testing.T, h *harness) {
 	}
 }
 
-// testListVMs: ListVMs orders by name and filters by any of States and by
-// Cluster; zero options match everything.
+// testListVMs: ListVMs orders by name and filters by any of States, by Live
+// (not deleted or failed) and by Cluster; zero options match everything.
 func testListVMs(t *testing.T, h *harness) {
 	j := h.journal()
 	all := map[string]journal.VM{}
@@ -149,6 +149,10 @@ func testListVMs(t *testing.T, h *harness) {
 		{"cluster", journal.ListOptions{Cluster: "k1"}, []string{"vm-b", "vm-c", "vm-e"}},
 		{"cluster and states", journal.ListOptions{Cluster: "k1", States: []journal.VMState{journal.StateReady, journal.StateDeleting}}, []string{"vm-b", "vm-c"}},
 		{"cluster with no VM", journal.ListOptions{Cluster: "k9"}, []string{}},
+		{"live", journal.ListOptions{Live: true}, []string{"vm-a", "vm-b", "vm-c", "vm-e"}},
+		{"live and states", journal.ListOptions{Live: true, States: []journal.VMState{journal.StateReady, journal.StateFailed}}, []string{"vm-c"}},
+		{"live and only terminal states", journal.ListOptions{Live: true, States: []journal.VMState{journal.StateFailed}}, []string{}},
+		{"live in a cluster", journal.ListOptions{Live: true, Cluster: "k2"}, []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := j.ListVMs(ctx, tc.opts)

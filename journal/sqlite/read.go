@@ -29,6 +29,12 @@ func (d *DB) ListVMs(ctx context.Context, opts journal.ListOptions) ([]journal.V
 		where []string
 		args  []any
 	)
+	if states := opts.WantedStates(); states != nil {
+		opts.States = states
+		if len(states) == 0 {
+			return []journal.VM{}, nil
+		}
+	}
 	if len(opts.States) > 0 {
 		where = append(where, "state IN ("+placeholders(len(opts.States))+")")
 		for _, s := range opts.States {
