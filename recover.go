@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,11 +18,52 @@ import (
 
 // RecoverReport says what Recover did with each active VM it found.
 type RecoverReport struct {
+	// VMs has one entry per VM Recover found in an active state, by name:
+	// what it was, and what became of it.
+	VMs []Recovered
 	// Resumed are the VMs this process took over and drove to an end, with
-	// the error each ended with (nil: ready or deleted as intended).
+	// the error each ended with (nil: ready or deleted as intended; VMs
+	// says which).
 	Resumed map[string]error
-	// Skipped are the VMs another live process drives, with the reason.
+	// Skipped are the VMs Recover left alone, with the reason.
 	Skipped map[string]string
+}
+
+// Outcome is what Recover did with one VM.
+type Outcome string
+
+const (
+	// OutcomeReady: resumed, and now ready (a cluster node: in its cluster).
+	OutcomeReady Outcome = "ready"
+	// OutcomeDeleted: a teardown (a Delete, or a launch ending) finished.
+	OutcomeDeleted Outcome = "deleted"
+	// OutcomeFailed: resumed, and the launch failed cleanly (Err says why);
+	// everything it started is torn down.
+	OutcomeFailed Outcome = "failed"
+	// OutcomeTeardownIncomplete: a teardown could not finish (Err says
+	// why); the VM stays deleting for a later Recover, Sweep or Delete.
+	OutcomeTeardownIncomplete Outcome = "teardown-incomplete"
+	// OutcomeInterrupted: driving it stopped before an end (the context
+	// ended, the journal failed, the lease was lost); Err says why and a
+	// later Recover resumes it.
+	OutcomeInterrupted Outcome = "interrupted"
+	// OutcomeSkipped: left alone (Reason says why, Owner who drives it).
+	OutcomeSkipped Outcome = "skipped"
+)
+
+// Recovered is what Recover did with one VM.
+type Recovered struct {
+	Name string
+	// State and Phase are where the journal had the VM; Owner is who held
+	// its lease then (empty: nobody).
+	State journal.VMState
+	Phase string
+	Owner string
+	// Outcome is what became of it; Err the error it ended with, and
+	// Reason why it was skipped.
+	Outcome Outcome
+	Err     error
+	Reason  string
 }
 
 // Recover takes every VM the journal holds in an active state (pending,
@@ -53,11 +95,40 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 		// The nodes of one cluster resumed here share its coordinator.
 		clusters = &resumedClusters{p: p}
 	)
-	skip := func(name, why string) { mu.Lock(); rep.Skipped[name] = why; mu.Unlock() }
-	done := func(name string, err error) { mu.Lock(); rep.Resumed[name] = err; mu.Unlock() }
+	found := func(r journal.VM) Recovered {
+		return Recovered{Name: r.Name, State: r.State, Phase: r.Phase, Owner: r.Owner}
+	}
+	skip := func(r journal.VM, why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		rep.Skipped[r.Name] = why
+		v := found(r)
+		v.Outcome, v.Reason = OutcomeSkipped, why
+		rep.VMs = append(rep.VMs, v)
+	}
+	done := func(r journal.VM, ended journal.VMState, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		rep.Resumed[r.Name] = err
+		v := found(r)
+		v.Err = err
+		switch {
+		case ended == journal.StateReady && err == nil:
+			v.Outcome = OutcomeReady
+		case ended == journal.StateDeleted && err == nil:
+			v.Outcome = OutcomeDeleted
+		case ended == journal.StateFailed:
+			v.Outcome = OutcomeFailed
+		case ended == journal.StateDeleting && errors.Is(err, ErrTeardownIncomplete):
+			v.Outcome = OutcomeTeardownIncomplete
+		default:
+			v.Outcome = OutcomeInterrupted
+		}
+		rep.VMs = append(rep.VMs, v)
+	}
 	for _, r := range rows {
 		if !p.claim(r.Name) {
-			skip(r.Name, "driven by this process")
+			skip(r, "driven by this process")
 			continue
 		}
 		dead := false
@@ -83,13 +154,15 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 				// cancelled call can commit); releasing what we may hold
 				// is harmless, since Release only frees its owner's.
 				p.release(r.Name, true)
-				skip(r.Name, err.Error())
+				skip(r, err.Error())
 				return
 			}
 			d, err := p.newDriver(row)
 			if err != nil || !row.State.Active() {
 				if err != nil {
-					done(row.Name, err)
+					done(r, row.State, err)
+				} else {
+					skip(r, fmt.Sprintf("%s by the time its lease was taken", row.State))
 				}
 				p.release(r.Name, true) // not ours to drive after all
 				return
@@ -100,7 +173,7 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 					// ready that is not in its cluster; a process that
 					// can form clusters takes it.
 					p.release(r.Name, true)
-					skip(r.Name, fmt.Sprintf("node of cluster %s, which a Joiner forms: recover with WithJoiner", row.Cluster))
+					skip(r, fmt.Sprintf("node of cluster %s, which a Joiner forms: recover with WithJoiner", row.Cluster))
 					return
 				}
 				d.join = clusters.join(row.Cluster)
@@ -108,16 +181,17 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 			if err := d.commit(ctx, &journal.Step{Update: &d.row, Events: []journal.Event{{Type: EvRecovered,
 				Phase: row.Phase, Attempt: row.Attempt, Message: fmt.Sprintf("taken over from %q in state %s", r.Owner, row.State)}}}); err != nil {
 				p.release(r.Name, true)
-				done(row.Name, err)
+				done(r, row.State, err)
 				return
 			}
 			held = false
 			<-sem // taken over: the long drive does not hold a slot
 			_, err = p.drive(ctx, d)
-			done(d.row.Name, err)
+			done(r, d.row.State, err)
 		})
 	}
 	wg.Wait()
+	slices.SortFunc(rep.VMs, func(a, b Recovered) int { return strings.Compare(a.Name, b.Name) })
 	return rep, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -123,39 +122,29 @@ Ctrl-C.`,
 			if err != nil {
 				return err
 			}
-			if len(rep.Resumed) == 0 && len(rep.Skipped) == 0 {
+			if len(rep.VMs) == 0 {
 				fmt.Fprintln(e.stdout, "nothing to recover")
 				return nil
 			}
 			var failed []error
-			for _, name := range sortedNames(rep.Resumed) {
-				if err := rep.Resumed[name]; err != nil {
-					fmt.Fprintf(e.stdout, "%-24s failed: %s\n", name, oneLine(err.Error()))
-					failed = append(failed, fmt.Errorf("%s: %w", name, err))
-				} else {
-					vm, gerr := s.p.Get(ctx, name)
-					state := "done"
-					if gerr == nil {
-						state = string(vm.State)
-					}
-					fmt.Fprintf(e.stdout, "%-24s recovered: %s\n", name, state)
+			for _, v := range rep.VMs {
+				from := string(v.State)
+				if v.Phase != "" {
+					from += "/" + v.Phase
 				}
-			}
-			for _, name := range sortedNames(rep.Skipped) {
-				fmt.Fprintf(e.stdout, "%-24s skipped: %s\n", name, rep.Skipped[name])
+				switch v.Outcome {
+				case gpuprov.OutcomeSkipped:
+					fmt.Fprintf(e.stdout, "%-24s %-13s skipped: %s\n", v.Name, from, v.Reason)
+				case gpuprov.OutcomeReady, gpuprov.OutcomeDeleted:
+					fmt.Fprintf(e.stdout, "%-24s %-13s recovered: %s\n", v.Name, from, v.Outcome)
+				default:
+					fmt.Fprintf(e.stdout, "%-24s %-13s %s: %s\n", v.Name, from, v.Outcome, oneLine(v.Err.Error()))
+					failed = append(failed, fmt.Errorf("%s: %w", v.Name, v.Err))
+				}
 			}
 			return errors.Join(failed...)
 		}),
 	}
-}
-
-func sortedNames[V any](m map[string]V) []string {
-	var names []string
-	for k := range m {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	return names
 }
 
 func newSweepCmd(e *env) *cobra.Command {
