@@ -361,11 +361,11 @@ func errorKindName(err error) string {
 	case err == nil:
 		return ""
 	case errors.Is(err, context.Canceled):
-		return "canceled"
+		return KindCanceled
 	case errors.Is(err, context.DeadlineExceeded):
-		return "deadline"
+		return KindDeadline
 	case errors.Is(err, ErrNoOffers), errors.Is(err, ErrOffersExhausted):
-		return "no-offers"
+		return KindNoOffers
 	}
 	var pe *phaseError
 	if errors.As(err, &pe) {

@@ -49,6 +49,37 @@ const (
 	EvRecovered     = "recovered"       // a process took the VM over to resume it
 )
 
+// Error kinds. Event.ErrorKind, VM.LastErrorKind and Attempt.ErrorKind hold
+// one of these names: a provider.ErrorKind's (transient, capacity, quota,
+// unavailable, failed, invalid-request, credentials), or one of the
+// engine's own below. ErrorKinds lists them all.
+const (
+	// KindCanceled: the caller cancelled (context.Canceled).
+	KindCanceled = "canceled"
+	// KindDeadline: Request.Timeout or the caller's deadline passed
+	// (context.DeadlineExceeded).
+	KindDeadline = "deadline"
+	// KindNoOffers: no offer was left to try (ErrNoOffers,
+	// ErrOffersExhausted).
+	KindNoOffers = "no-offers"
+	// KindConnect, KindBootstrap and KindJoin: the phase of that name
+	// failed on a running instance (a connect failure moves to the next
+	// offer; a bootstrap or join failure aborts with ErrAborted).
+	KindConnect   = PhaseConnect
+	KindBootstrap = PhaseBootstrap
+	KindJoin      = PhaseJoin
+)
+
+// ErrorKinds returns every name an ErrorKind field may hold, provider kinds
+// first.
+func ErrorKinds() []string {
+	var out []string
+	for k := provider.Failed; k <= provider.Credentials; k++ {
+		out = append(out, k.String())
+	}
+	return append(out, KindCanceled, KindDeadline, KindNoOffers, KindConnect, KindBootstrap, KindJoin)
+}
+
 // VM is a VM as the journal knows it.
 type VM struct {
 	Name          string                `json:"name"`
