@@ -74,3 +74,52 @@ func (s sshConn) WriteFile(ctx context.Context, path string, content []byte, mod
 
 func (s sshConn) HostKey() string { return s.c.HostKey() }
 func (s sshConn) Close() error    { return s.c.Close() }
+
+// SSH opens an SSH connection to the ready VM named name, as its login
+// user, with the client key of WithSSHKey (or of the SSHConnector), and
+// verifies the host key pinned in the journal: a VM without a pinned key is
+// refused rather than trusted on sight. The caller closes the client.
+func (p *Provisioner) SSH(ctx context.Context, name string) (*ssh.Client, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	row, err := p.j.GetVM(ctx, name)
+	if err != nil {
+		return nil, vmError(name, err)
+	}
+	if row.State != StateReady {
+		return nil, errorf("VM %s is %s, not ready: nothing to log in to", name, row.State)
+	}
+	signer := p.sshKey
+	if c, ok := p.connector.(*SSHConnector); ok && signer == nil {
+		signer = c.Signer
+	}
+	if signer == nil {
+		return nil, errorf("VM %s: no client key: build the Provisioner WithSSHKey(signer)", name)
+	}
+	if row.HostKey == "" || row.SSHHost == "" {
+		return nil, errorf("VM %s has no pinned host key or SSH endpoint (it was launched without a connector)", name)
+	}
+	policy, err := ssh.FixedHostKey(row.HostKey)
+	if err != nil {
+		return nil, errorf("VM %s: its pinned host key: %w", name, err)
+	}
+	c, err := ssh.Dial(ctx, ssh.Config{Addr: net.JoinHostPort(row.SSHHost, strconv.Itoa(row.SSHPort)),
+		User: row.SSHUser, Signer: signer, HostKey: policy, Logger: p.log})
+	if err != nil {
+		return nil, errorf("VM %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// Run runs cmd on the ready VM named name over a connection of its own (see
+// SSH) and returns its result; a non-zero exit is an *ssh.ExitError.
+// Cancelling ctx stops the remote command (see ssh.Client.Run).
+func (p *Provisioner) Run(ctx context.Context, name, cmd string, opts ...ssh.RunOption) (ssh.Result, error) {
+	c, err := p.SSH(ctx, name)
+	if err != nil {
+		return ssh.Result{}, err
+	}
+	defer c.Close()
+	return c.Run(ctx, cmd, opts...)
+}

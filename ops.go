@@ -101,17 +101,48 @@ type LaunchResult struct {
 }
 
 // LaunchMany launches every request concurrently and returns when all have
-// ended, with one result per request in order.
+// ended, with one result per request in order. Requests that name one VM
+// twice are refused before anything is launched: every result then holds
+// the *RequestError.
 func (p *Provisioner) LaunchMany(ctx context.Context, reqs []Request) []LaunchResult {
 	out := make([]LaunchResult, len(reqs))
-	var wg sync.WaitGroup
+	if err := p.LaunchEach(ctx, reqs, func(i int, r LaunchResult) { out[i] = r }); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+	}
+	return out
+}
+
+// LaunchEach launches every request concurrently and hands each result to
+// done as soon as its launch ends, with the request's index; calls to done
+// are serialized (a scheduler can act on a ready VM while others still
+// boot). It returns when every launch has ended and done has returned for
+// each. Requests that name one VM twice are refused before anything is
+// launched, with a *RequestError and no call to done.
+func (p *Provisioner) LaunchEach(ctx context.Context, reqs []Request, done func(i int, r LaunchResult)) error {
+	seen := make(map[string]int, len(reqs))
+	for i, r := range reqs {
+		if j, dup := seen[r.Name]; dup {
+			return &RequestError{"name", fmt.Sprintf("requests %d and %d both name VM %q", j, i, r.Name)}
+		}
+		seen[r.Name] = i
+	}
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
 	for i, r := range reqs {
 		wg.Go(func() {
-			out[i].VM, out[i].Err = p.Launch(ctx, r)
+			var res LaunchResult
+			res.VM, res.Err = p.Launch(ctx, r)
+			mu.Lock()
+			defer mu.Unlock()
+			done(i, res)
 		})
 	}
 	wg.Wait()
-	return out
+	return nil
 }
 
 // Delete tears the VM down: every instance of every attempt deleted and

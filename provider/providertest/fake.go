@@ -4,6 +4,7 @@
 package providertest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -78,6 +79,9 @@ type Fake struct {
 	ListLag      time.Duration
 	Idempotent   bool // honour InstanceSpec.IdempotencyToken
 	Installation string
+	// SSHPort is the port of every running instance's SSH endpoint on
+	// 127.0.0.1 (default 22): point it at a test sshd to log in for real.
+	SSHPort int
 
 	mu        sync.Mutex
 	rules     []*Rule
@@ -328,7 +332,7 @@ func (f *Fake) view(in *Instance, now time.Time) (provider.Observed, bool) {
 		o.Status, o.VendorStatus = provider.StatusFailed, "boot-failed"
 	default:
 		o.Status, o.VendorStatus = provider.StatusRunning, "running"
-		o.SSH = &provider.SSHEndpoint{Host: "127.0.0.1", Port: 22, User: "root"}
+		o.SSH = &provider.SSHEndpoint{Host: "127.0.0.1", Port: cmp.Or(f.SSHPort, 22), User: "root"}
 		o.PublicIP = "127.0.0.1"
 	}
 	return o, true
