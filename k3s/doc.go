@@ -32,7 +32,7 @@
 // and its output is prepended to every path the package reads or writes:
 // empty on a real machine, a sandbox folder in the simulated cloud, whose
 // "VMs" are folders on the test machine where /etc must never be written
-// (internal/simcloud/k3semu sets it). A relative value is resolved once,
+// (provider/sim/simserver/k3semu sets it). A relative value is resolved once,
 // against the login folder, with `cd -- ROOT && pwd -P`. Below, R stands
 // for the prefix.
 //

@@ -2,7 +2,7 @@ package k3s_test
 
 // Integration tests: the package's real command sequence, over real SSH,
 // against the simulated cloud's sandboxes with the k3s emulation
-// (internal/simcloud/k3semu) wired in through the sim's hooks.
+// (provider/sim/simserver/k3semu) wired in through the sim's hooks.
 
 import (
 	"context"
@@ -19,11 +19,11 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/org/gpuprov/clock"
-	"github.com/org/gpuprov/internal/simcloud"
-	"github.com/org/gpuprov/internal/simcloud/k3semu"
 	"github.com/org/gpuprov/k3s"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/sim"
+	"github.com/org/gpuprov/provider/sim/simserver"
+	"github.com/org/gpuprov/provider/sim/simserver/k3semu"
 	"github.com/org/gpuprov/ssh"
 )
 
@@ -73,7 +73,7 @@ func (n *simNode) take() (runs, writes []string) {
 // toolkit, "notk" a GPU without the toolkit; the part of the name before
 // the first '-' names the emulated cluster.
 type simEnv struct {
-	srv *simcloud.Server
+	srv *simserver.Server
 	clk *clock.Fake
 	p   *sim.Provider
 }
@@ -82,9 +82,9 @@ func newSimEnv(t *testing.T) *simEnv {
 	t.Helper()
 	clusters := t.TempDir()
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	so := simcloud.Options{Clock: clk, Clouds: []simcloud.CloudConfig{{Name: simCloud,
-		Timing: &simcloud.Timing{BootTime: simcloud.Duration(simBoot), DeleteTime: simcloud.Duration(time.Second)}}}}
-	k3semu.Attach(&so, func(inst simcloud.Instance) k3semu.Options {
+	so := simserver.Options{Clock: clk, Clouds: []simserver.CloudConfig{{Name: simCloud,
+		Timing: &simserver.Timing{BootTime: simserver.Duration(simBoot), DeleteTime: simserver.Duration(time.Second)}}}}
+	k3semu.Attach(&so, func(inst simserver.Instance) k3semu.Options {
 		vm := inst.Labels[provider.LabelVM]
 		cluster, host, _ := strings.Cut(vm, "-")
 		o := k3semu.Options{ClusterDir: filepath.Join(clusters, cluster)}
@@ -96,7 +96,7 @@ func newSimEnv(t *testing.T) *simEnv {
 		}
 		return o
 	})
-	srv, err := simcloud.Start(so)
+	srv, err := simserver.Start(so)
 	if err != nil {
 		t.Fatal(err)
 	}

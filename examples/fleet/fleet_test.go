@@ -13,7 +13,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/journaltest"
 	"github.com/org/gpuprov/journal/postgres"
@@ -21,6 +20,7 @@ import (
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/providertest"
 	"github.com/org/gpuprov/provider/sim"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -38,7 +38,7 @@ type replica struct {
 	err    error         // what Run returned
 }
 
-func startReplica(t *testing.T, url string, srv *simcloud.Server, owner string, target int) *replica {
+func startReplica(t *testing.T, url string, srv *simserver.Server, owner string, target int) *replica {
 	t.Helper()
 	db, err := postgres.Open(context.Background(), url)
 	if err != nil {
@@ -81,16 +81,16 @@ func startReplica(t *testing.T, url string, srv *simcloud.Server, owner string, 
 // held reports whether every slot is ready with exactly one live instance in
 // the cloud, the journaled one, and no other fleet instance is alive; else
 // it says what is missing.
-func held(j journal.Journal, srv *simcloud.Server, n int) (bool, string) {
+func held(j journal.Journal, srv *simserver.Server, n int) (bool, string) {
 	ctx := context.Background()
 	all, err := srv.Instances(simCloud)
 	if err != nil {
 		return false, err.Error()
 	}
-	live := map[string][]simcloud.Instance{}
+	live := map[string][]simserver.Instance{}
 	alive := 0
 	for _, in := range all {
-		if in.Status == simcloud.StatusTerminated || !strings.HasPrefix(in.Labels[provider.LabelVM], "fleet-") {
+		if in.Status == simserver.StatusTerminated || !strings.HasPrefix(in.Labels[provider.LabelVM], "fleet-") {
 			continue
 		}
 		live[in.Labels[provider.LabelVM]] = append(live[in.Labels[provider.LabelVM]], in)
@@ -103,7 +103,7 @@ func held(j journal.Journal, srv *simcloud.Server, n int) (bool, string) {
 			return false, fmt.Sprintf("%s: %v", name, err)
 		}
 		ins := live[name]
-		if v.State != journal.StateReady || len(ins) != 1 || ins[0].Status != simcloud.StatusRunning || ins[0].ID != v.InstanceID {
+		if v.State != journal.StateReady || len(ins) != 1 || ins[0].Status != simserver.StatusRunning || ins[0].ID != v.InstanceID {
 			return false, fmt.Sprintf("%s is %s (instance %q) with %d live instances", name, v.State, v.InstanceID, len(ins))
 		}
 	}
@@ -113,7 +113,7 @@ func held(j journal.Journal, srv *simcloud.Server, n int) (bool, string) {
 	return true, ""
 }
 
-func waitHeld(t *testing.T, j journal.Journal, srv *simcloud.Server, n int, within time.Duration, what string) time.Duration {
+func waitHeld(t *testing.T, j journal.Journal, srv *simserver.Server, n int, within time.Duration, what string) time.Duration {
 	t.Helper()
 	start := time.Now()
 	var why string
@@ -130,7 +130,7 @@ func waitHeld(t *testing.T, j journal.Journal, srv *simcloud.Server, n int, with
 }
 
 // preempt reclaims up to k running fleet instances, as a spot reclaim would.
-func preempt(t *testing.T, srv *simcloud.Server, k int) []string {
+func preempt(t *testing.T, srv *simserver.Server, k int) []string {
 	t.Helper()
 	all, err := srv.Instances(simCloud)
 	if err != nil {
@@ -141,7 +141,7 @@ func preempt(t *testing.T, srv *simcloud.Server, k int) []string {
 		if len(hit) == k {
 			break
 		}
-		if in.Status == simcloud.StatusRunning && strings.HasPrefix(in.Labels[provider.LabelVM], "fleet-") {
+		if in.Status == simserver.StatusRunning && strings.HasPrefix(in.Labels[provider.LabelVM], "fleet-") {
 			if err := srv.Preempt(simCloud, in.ID); err != nil {
 				t.Fatal(err)
 			}
@@ -160,10 +160,10 @@ func TestFleetSurvivesReplicaDeath(t *testing.T) {
 	const n = 10
 	pg := pgtest.Require(t)
 	url := pg.NewSchema(t)
-	srv, err := simcloud.Start(simcloud.Options{DisableSSH: true, Clouds: []simcloud.CloudConfig{{
-		Name: simCloud, Offers: simcloud.DefaultCatalog(simCloud), Timing: &simcloud.Timing{
-			APILatency: simcloud.Duration(time.Millisecond), BootTime: simcloud.Duration(400 * time.Millisecond),
-			BootJitter: simcloud.Duration(200 * time.Millisecond), DeleteTime: simcloud.Duration(150 * time.Millisecond),
+	srv, err := simserver.Start(simserver.Options{DisableSSH: true, Clouds: []simserver.CloudConfig{{
+		Name: simCloud, Offers: simserver.DefaultCatalog(simCloud), Timing: &simserver.Timing{
+			APILatency: simserver.Duration(time.Millisecond), BootTime: simserver.Duration(400 * time.Millisecond),
+			BootJitter: simserver.Duration(200 * time.Millisecond), DeleteTime: simserver.Duration(150 * time.Millisecond),
 		}}}})
 	if err != nil {
 		t.Fatal(err)

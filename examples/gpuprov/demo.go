@@ -18,11 +18,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/k3s"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/sim"
+	"github.com/org/gpuprov/provider/sim/simserver"
 	"github.com/org/gpuprov/ssh"
 )
 
@@ -65,16 +65,16 @@ that nothing is left running. No account, no credentials, no network.`,
 type demoOptions struct {
 	Nodes  int
 	GPU    string
-	Timing simcloud.Timing
+	Timing simserver.Timing
 	Out    io.Writer
 }
 
 func defaultDemoOptions() demoOptions {
-	return demoOptions{Nodes: 2, GPU: "H100", Out: io.Discard, Timing: simcloud.Timing{
-		APILatency: simcloud.Duration(2 * time.Millisecond),
-		BootTime:   simcloud.Duration(800 * time.Millisecond),
-		BootJitter: simcloud.Duration(300 * time.Millisecond),
-		DeleteTime: simcloud.Duration(200 * time.Millisecond),
+	return demoOptions{Nodes: 2, GPU: "H100", Out: io.Discard, Timing: simserver.Timing{
+		APILatency: simserver.Duration(2 * time.Millisecond),
+		BootTime:   simserver.Duration(800 * time.Millisecond),
+		BootJitter: simserver.Duration(300 * time.Millisecond),
+		DeleteTime: simserver.Duration(200 * time.Millisecond),
 	}}
 }
 
@@ -122,7 +122,7 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 	if err != nil {
 		return nil, err
 	}
-	so := simcloud.DefaultOptions()
+	so := simserver.DefaultOptions()
 	so.StateFile = filepath.Join(dir, "sim", "state.json")
 	cloud, offer := cheapestOffer(so, gpu)
 	if offer == "" {
@@ -139,7 +139,7 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 		return nil, err
 	}
 	attachK3s(&so, filepath.Join(dir, "k3s"))
-	srv, err := simcloud.Start(so)
+	srv, err := simserver.Start(so)
 	if err != nil {
 		return nil, err
 	}
@@ -244,12 +244,12 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 }
 
 // cheapestOffer finds the cheapest on-demand single-GPU offer of gpu.
-func cheapestOffer(so simcloud.Options, gpu string) (cloud, offer string) {
+func cheapestOffer(so simserver.Options, gpu string) (cloud, offer string) {
 	best := -1.0
 	for _, c := range so.Clouds {
 		offers := c.Offers
 		if len(offers) == 0 {
-			offers = simcloud.DefaultCatalog(c.Name)
+			offers = simserver.DefaultCatalog(c.Name)
 		}
 		for _, of := range offers {
 			if of.GPU == gpu && of.GPUCount == 1 && !of.Spot && (best < 0 || of.PricePerHour < best) {
@@ -266,7 +266,7 @@ func cheapestOffer(so simcloud.Options, gpu string) (cloud, offer string) {
 // this makes it exactly one, whatever the order of the nodes' creates.
 type loseOneCreate struct {
 	next http.RoundTripper
-	srv  *simcloud.Server
+	srv  *simserver.Server
 
 	mu   sync.Mutex
 	done bool

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 // TestDemo runs the demo in process with short latencies and checks the
@@ -19,11 +19,11 @@ func TestDemo(t *testing.T) {
 	var out bytes.Buffer
 	o := defaultDemoOptions()
 	o.Out = &out
-	o.Timing = simcloud.Timing{
-		APILatency: simcloud.Duration(time.Millisecond),
-		BootTime:   simcloud.Duration(300 * time.Millisecond),
-		BootJitter: simcloud.Duration(100 * time.Millisecond),
-		DeleteTime: simcloud.Duration(100 * time.Millisecond),
+	o.Timing = simserver.Timing{
+		APILatency: simserver.Duration(time.Millisecond),
+		BootTime:   simserver.Duration(300 * time.Millisecond),
+		BootJitter: simserver.Duration(100 * time.Millisecond),
+		DeleteTime: simserver.Duration(100 * time.Millisecond),
 	}
 	start := time.Now()
 	sum, err := runDemo(ctx, o)

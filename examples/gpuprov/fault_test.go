@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/org/gpuprov/internal/simcloud"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 func TestApplyFault(t *testing.T) {
-	opts := simcloud.DefaultOptions()
+	opts := simserver.DefaultOptions()
 	for _, f := range []string{
 		`sim-a.stockout_offers=["a-h100x1-use1a"]`,
 		`*.error_rate=0.02`,

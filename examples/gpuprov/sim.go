@@ -15,9 +15,9 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 	"github.com/spf13/cobra"
 
-	"github.com/org/gpuprov/internal/simcloud"
-	"github.com/org/gpuprov/internal/simcloud/k3semu"
 	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/sim/simserver"
+	"github.com/org/gpuprov/provider/sim/simserver/k3semu"
 )
 
 func newSimCmd(e *env) *cobra.Command {
@@ -78,9 +78,9 @@ func checkLoopback(addr string) error {
 }
 
 func simServe(ctx context.Context, out io.Writer, addr, state, config string, faults []string, addrSet bool) error {
-	opts := simcloud.DefaultOptions()
+	opts := simserver.DefaultOptions()
 	if config != "" {
-		o, err := simcloud.LoadOptions(config)
+		o, err := simserver.LoadOptions(config)
 		if err != nil {
 			return &configError{err.Error()}
 		}
@@ -104,7 +104,7 @@ func simServe(ctx context.Context, out io.Writer, addr, state, config string, fa
 		return err
 	}
 	attachK3s(&opts, opts.StateFile+".k3s")
-	srv, err := simcloud.Start(opts)
+	srv, err := simserver.Start(opts)
 	if err != nil {
 		return err
 	}
@@ -121,8 +121,8 @@ func simServe(ctx context.Context, out io.Writer, addr, state, config string, fa
 // attachK3s wires the k3s emulation into every sandbox, so that
 // `gpuprov up --nodes N` forms a (simulated) cluster. The nodes of one
 // cluster are told apart by installation and cluster name (NAME-i).
-func attachK3s(opts *simcloud.Options, dir string) {
-	k3semu.Attach(opts, func(inst simcloud.Instance) k3semu.Options {
+func attachK3s(opts *simserver.Options, dir string) {
+	k3semu.Attach(opts, func(inst simserver.Instance) k3semu.Options {
 		key := clusterOf(inst.Labels[provider.LabelVM])
 		if in := inst.Labels[provider.LabelInstallation]; in != "" {
 			key = in + "-" + key
@@ -143,7 +143,7 @@ func clusterOf(vm string) string {
 
 // printSimConfig prints, as TOML that can be pasted as is, the endpoint,
 // the admin token and one provider table per cloud.
-func printSimConfig(w io.Writer, srv *simcloud.Server, state string) {
+func printSimConfig(w io.Writer, srv *simserver.Server, state string) {
 	fmt.Fprintf(w, "# gpuprov sim serve: simulated clouds at %s (state: %s)\n", srv.URL(), state)
 	fmt.Fprintf(w, "# endpoint: %s\n", srv.URL())
 	fmt.Fprintf(w, "# admin token: %s\n", srv.AdminToken())
@@ -158,7 +158,7 @@ func printSimConfig(w io.Writer, srv *simcloud.Server, state string) {
 // applyFault sets one fault, "CLOUD.KEY=VALUE" with a TOML value, on the
 // named cloud or, for "*", on every cloud. Unknown clouds and keys are usage
 // errors naming them.
-func applyFault(opts *simcloud.Options, spec string) error {
+func applyFault(opts *simserver.Options, spec string) error {
 	target, value, ok := strings.Cut(spec, "=")
 	cloud, key, ok2 := strings.Cut(target, ".")
 	if !ok || !ok2 || cloud == "" || key == "" {

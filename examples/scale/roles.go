@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 // roleEnv names the role a re-executed copy of this program (or of its test
@@ -52,18 +52,18 @@ type serveInfo struct {
 	Keys  map[string]string `json:"keys"`
 }
 
-// roleServe serves the simcloud options of a JSON file until SIGTERM.
+// roleServe serves the simserver options of a JSON file until SIGTERM.
 func roleServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	optsPath := fs.String("options", "", "simcloud options (JSON)")
+	optsPath := fs.String("options", "", "simserver options (JSON)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	opts, err := simcloud.LoadOptions(*optsPath)
+	opts, err := simserver.LoadOptions(*optsPath)
 	if err != nil {
 		return err
 	}
-	srv, err := simcloud.Start(opts)
+	srv, err := simserver.Start(opts)
 	if err != nil {
 		return err
 	}

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 // s1Config is scenario S1: VMs launched at once (LaunchMany) over the two
@@ -93,11 +93,11 @@ func vmName(i int) string { return fmt.Sprintf("vm-%04d", i) }
 // runS1 runs S1 in this process: the sim server, the journal and the
 // Provisioner.
 func runS1(ctx context.Context, cfg s1Config) (*s1Result, error) {
-	timing := simcloud.Timing{APILatency: simcloud.Duration(cfg.APILatency), BootTime: simcloud.Duration(cfg.Boot),
-		BootJitter: simcloud.Duration(cfg.BootJitter), DeleteTime: simcloud.Duration(300 * time.Millisecond)}
-	faults := simcloud.Faults{RateLimit: cfg.RateLimit, RateBurst: int(cfg.RateLimit),
+	timing := simserver.Timing{APILatency: simserver.Duration(cfg.APILatency), BootTime: simserver.Duration(cfg.Boot),
+		BootJitter: simserver.Duration(cfg.BootJitter), DeleteTime: simserver.Duration(300 * time.Millisecond)}
+	faults := simserver.Faults{RateLimit: cfg.RateLimit, RateBurst: int(cfg.RateLimit),
 		ErrorRate: cfg.ErrorRate, LostCreateRate: cfg.LostCreate}
-	srv, err := simcloud.Start(simOptions(timing, faults, cfg.StockoutRanks, cfg.Seed))
+	srv, err := simserver.Start(simOptions(timing, faults, cfg.StockoutRanks, cfg.Seed))
 	if err != nil {
 		return nil, err
 	}
@@ -173,13 +173,13 @@ func runS1(ctx context.Context, cfg s1Config) (*s1Result, error) {
 		res.Creates += st.Creates
 		res.RateLimited += st.RateLimited
 		res.LostCreates += st.LostCreates
-		res.Injected5xx += st.Errors[simcloud.CodeInternal] + st.Errors[simcloud.CodeUnavailable] - st.LostCreates
+		res.Injected5xx += st.Errors[simserver.CodeInternal] + st.Errors[simserver.CodeUnavailable] - st.LostCreates
 		insts, err := srv.Instances(c)
 		if err != nil {
 			return nil, err
 		}
 		for _, in := range insts {
-			if in.Status == simcloud.StatusTerminated {
+			if in.Status == simserver.StatusTerminated {
 				continue
 			}
 			vm := in.Labels["gpuprov"]
@@ -221,7 +221,7 @@ func deleteAll(ctx context.Context, p *gpuprov.Provisioner, reqs []gpuprov.Reque
 }
 
 // leftovers counts the live instances and side resources of every cloud.
-func leftovers(srv *simcloud.Server) (int, error) {
+func leftovers(srv *simserver.Server) (int, error) {
 	n := 0
 	for _, c := range srv.Clouds() {
 		insts, err := srv.Instances(c)
@@ -229,7 +229,7 @@ func leftovers(srv *simcloud.Server) (int, error) {
 			return 0, err
 		}
 		for _, in := range insts {
-			if in.Status != simcloud.StatusTerminated {
+			if in.Status != simserver.StatusTerminated {
 				n++
 			}
 		}

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 // s2Config is scenario S2: failover latency, from a Capacity answer to the
@@ -78,7 +78,7 @@ func (f *failoverClock) RoundTrip(r *http.Request) (*http.Response, error) {
 	b, rerr := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(b))
-	if rerr == nil && bytes.Contains(b, []byte(simcloud.CodeOutOfCapacity)) {
+	if rerr == nil && bytes.Contains(b, []byte(simserver.CodeOutOfCapacity)) {
 		f.mu.Lock()
 		f.capacity[vm] = time.Now()
 		f.mu.Unlock()
@@ -95,9 +95,9 @@ func runS2(ctx context.Context, cfg s2Config) (*s2Result, error) {
 	for _, o := range offers[:cfg.Stockouts] {
 		out = append(out, o.ID)
 	}
-	timing := simcloud.Timing{} // zero latency, instant boot and delete
-	srv, err := simcloud.Start(simcloud.Options{DisableSSH: true, Clouds: []simcloud.CloudConfig{{
-		Name: cloudNames[0], Offers: offers, Timing: &timing, Faults: simcloud.Faults{StockoutOffers: out}}}})
+	timing := simserver.Timing{} // zero latency, instant boot and delete
+	srv, err := simserver.Start(simserver.Options{DisableSSH: true, Clouds: []simserver.CloudConfig{{
+		Name: cloudNames[0], Offers: offers, Timing: &timing, Faults: simserver.Faults{StockoutOffers: out}}}})
 	if err != nil {
 		return nil, err
 	}

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 // s3Config is scenario S3: VMs mid-boot, their launcher killed with
@@ -56,11 +56,11 @@ type s3Result struct {
 // runS3 runs S3 with this program re-executed as the sim, the launcher and
 // the recovering process.
 func runS3(ctx context.Context, cfg s3Config) (*s3Result, error) {
-	timing := simcloud.Timing{APILatency: simcloud.Duration(cfg.APILatency), BootTime: simcloud.Duration(cfg.Boot),
-		DeleteTime: simcloud.Duration(200 * time.Millisecond)}
-	opts := simOptions(timing, simcloud.Faults{}, nil, 1)
+	timing := simserver.Timing{APILatency: simserver.Duration(cfg.APILatency), BootTime: simserver.Duration(cfg.Boot),
+		DeleteTime: simserver.Duration(200 * time.Millisecond)}
+	opts := simOptions(timing, simserver.Faults{}, nil, 1)
 	opts.StateFile = filepath.Join(cfg.Dir, "sim", "state.json")
-	opts.SaveInterval = simcloud.Duration(cfg.SaveInterval)
+	opts.SaveInterval = simserver.Duration(cfg.SaveInterval)
 	optsPath := filepath.Join(cfg.Dir, "sim.json")
 	b, err := json.Marshal(opts)
 	if err != nil {
@@ -234,7 +234,7 @@ func (r *s3Result) measure(ctx context.Context, j journal.Journal, sp *simProc, 
 				r.Orphans++
 			}
 			for _, e := range in.Events {
-				if e.Type == simcloud.EventRunning {
+				if e.Type == simserver.EventRunning {
 					r.LastRunning = max(r.LastRunning, e.At.Sub(t0))
 				}
 			}

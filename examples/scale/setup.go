@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/sim"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 // cloudNames are the simulated accounts the scenarios spread VMs over.
@@ -19,11 +19,11 @@ const offersPerCloud = 10
 // scaleCatalog is a cloud's catalog for the scale scenarios: offersPerCloud
 // single H100-80GB offers over five regions of two zones, 10 cents apart,
 // the second cloud a cent dearer than the first at each rank.
-func scaleCatalog(cloudIdx int, cloud string) []simcloud.Offer {
-	out := make([]simcloud.Offer, offersPerCloud)
+func scaleCatalog(cloudIdx int, cloud string) []simserver.Offer {
+	out := make([]simserver.Offer, offersPerCloud)
 	for j := range out {
 		region := fmt.Sprintf("r%d", j/2)
-		out[j] = simcloud.Offer{
+		out[j] = simserver.Offer{
 			ID: fmt.Sprintf("%s-h100-%d", cloud, j), Region: region, Zone: fmt.Sprintf("%s%c", region, 'a'+j%2),
 			InstanceType: "h100.1x", GPU: "H100-80GB", GPUCount: 1, GPUMemoryGB: 80, VCPUs: 26, MemoryGB: 200,
 			PricePerHour: 2 + 0.1*float64(j) + 0.01*float64(cloudIdx), Availability: "medium",
@@ -42,15 +42,15 @@ var defaultStockoutRanks = []int{0, 1}
 // serving cloudNames with the scale catalogs, the timing t and the faults f,
 // plus a stockout of the offer of rank stockoutRanks[i] (cheapest first) on
 // cloud i.
-func simOptions(t simcloud.Timing, f simcloud.Faults, stockoutRanks []int, seed uint64) simcloud.Options {
-	opts := simcloud.Options{DisableSSH: true, Seed: seed}
+func simOptions(t simserver.Timing, f simserver.Faults, stockoutRanks []int, seed uint64) simserver.Options {
+	opts := simserver.Options{DisableSSH: true, Seed: seed}
 	for i, name := range cloudNames {
 		cf := f
 		if i < len(stockoutRanks) {
 			cf.StockoutOffers = append(append([]string(nil), f.StockoutOffers...), fmt.Sprintf("%s-h100-%d", name, stockoutRanks[i]))
 		}
 		tt := t
-		opts.Clouds = append(opts.Clouds, simcloud.CloudConfig{Name: name, Offers: scaleCatalog(i, name), Timing: &tt, Faults: cf})
+		opts.Clouds = append(opts.Clouds, simserver.CloudConfig{Name: name, Offers: scaleCatalog(i, name), Timing: &tt, Faults: cf})
 	}
 	return opts
 }
@@ -95,7 +95,7 @@ func newAdapters(accts []account, installation string, ac adapterConfig) ([]prov
 }
 
 // inProcessAccounts are the accounts of an in-process server.
-func inProcessAccounts(srv *simcloud.Server) []account {
+func inProcessAccounts(srv *simserver.Server) []account {
 	var out []account
 	for _, n := range srv.Clouds() {
 		out = append(out, account{Name: n, Endpoint: srv.URL(), APIKey: srv.APIKey(n)})

@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/providertest"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 // The sim adapter passes the kit every adapter passes, against the real
@@ -15,7 +15,7 @@ func TestConformance(t *testing.T) {
 	var e *env
 	providertest.Run(t, providertest.Harness{
 		New: func(t *testing.T) provider.CloudProvider {
-			e = newEnv(t, func(o *simcloud.Options) { o.DisableSSH = true })
+			e = newEnv(t, func(o *simserver.Options) { o.DisableSSH = true })
 			return e.p
 		},
 		Request:      provider.ResourceRequest{GPU: "H100-80GB", GPUCount: 1},

@@ -12,11 +12,11 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/sim"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 // engineEnv is a Provisioner driving the sim adapter against an in-process
@@ -29,9 +29,9 @@ type engineEnv struct {
 	events []gpuprov.Event
 }
 
-func newEngineEnv(t *testing.T, faults simcloud.Faults, cfg sim.Config) *engineEnv {
+func newEngineEnv(t *testing.T, faults simserver.Faults, cfg sim.Config) *engineEnv {
 	t.Helper()
-	e := &engineEnv{env: newEnv(t, func(o *simcloud.Options) { o.DisableSSH = true })}
+	e := &engineEnv{env: newEnv(t, func(o *simserver.Options) { o.DisableSSH = true })}
 	stop := e.clk.AutoAdvance()
 	t.Cleanup(stop)
 	e.setFaults(t, faults)
@@ -57,7 +57,7 @@ func newEngineEnv(t *testing.T, faults simcloud.Faults, cfg sim.Config) *engineE
 	return e
 }
 
-func newProviderWithInstallation(t *testing.T, srv *simcloud.Server, cfg sim.Config, inst string, clk clock.Clock) (*sim.Provider, error) {
+func newProviderWithInstallation(t *testing.T, srv *simserver.Server, cfg sim.Config, inst string, clk clock.Clock) (*sim.Provider, error) {
 	t.Helper()
 	cfg.Endpoint, cfg.Cloud, cfg.APIKey = srv.URL(), cloudName, srv.APIKey(cloudName)
 	if cfg.RequestTimeout == 0 {
@@ -77,15 +77,15 @@ func (e *engineEnv) has(vm, typ string) bool {
 }
 
 // live returns the sim's instances of vm that are not terminated.
-func (e *engineEnv) live(t *testing.T, vm string) []simcloud.Instance {
+func (e *engineEnv) live(t *testing.T, vm string) []simserver.Instance {
 	t.Helper()
 	all, err := e.srv.Instances(cloudName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []simcloud.Instance
+	var out []simserver.Instance
 	for _, in := range all {
-		if in.Labels[provider.LabelVM] == vm && in.Status != simcloud.StatusTerminated {
+		if in.Labels[provider.LabelVM] == vm && in.Status != simserver.StatusTerminated {
 			out = append(out, in)
 		}
 	}
@@ -141,7 +141,7 @@ func TestEngineThroughEveryFault(t *testing.T) {
 			}
 		}
 	}
-	stat := func(name string, min func(simcloud.Stats) int) check {
+	stat := func(name string, min func(simserver.Stats) int) check {
 		return func(t *testing.T, e *engineEnv, vm *gpuprov.VM, err error) {
 			st, serr := e.srv.Stats(cloudName)
 			if serr != nil {
@@ -161,29 +161,29 @@ func TestEngineThroughEveryFault(t *testing.T) {
 	}
 	cases := []struct {
 		name   string
-		faults simcloud.Faults
+		faults simserver.Faults
 		cfg    sim.Config
 		check  check
 	}{
-		{"stockout: next offer, offer blocked", simcloud.Faults{StockoutOffers: []string{"a-h100x1-use1a"}},
+		{"stockout: next offer, offer blocked", simserver.Faults{StockoutOffers: []string{"a-h100x1-use1a"}},
 			sim.Config{}, both(ready("eu-west"), blocked("offer:sim-a|us-east|us-east-1a|gpu.h100.1x|od"))},
-		{"quota: region blocked", simcloud.Faults{QuotaRegions: []string{"us-east"}},
+		{"quota: region blocked", simserver.Faults{QuotaRegions: []string{"us-east"}},
 			sim.Config{}, both(ready("eu-west"), blocked("region:sim-a|us-east"))},
-		{"429 with Retry-After: retried", simcloud.Faults{ThrottleRate: 0.4, RetryAfter: simcloud.Duration(2 * time.Second)},
-			sim.Config{}, both(ready("us-east"), stat("429s", func(s simcloud.Stats) int { return s.RateLimited }))},
-		{"5xx: retried", simcloud.Faults{ErrorRate: 0.4},
-			sim.Config{}, both(ready("us-east"), stat("5xx", func(s simcloud.Stats) int { return s.Errors["internal"] + s.Errors["unavailable"] }))},
-		{"timeouts: retried, creates observed first", simcloud.Faults{TimeoutRate: 0.3, TimeoutHold: simcloud.Duration(time.Minute)},
-			sim.Config{RequestTimeout: 200 * time.Millisecond}, both(ready("us-east"), stat("timeouts", func(s simcloud.Stats) int { return s.Timeouts }))},
-		{"lost create response: adopted, not duplicated", simcloud.Faults{LostCreateRate: 1},
+		{"429 with Retry-After: retried", simserver.Faults{ThrottleRate: 0.4, RetryAfter: simserver.Duration(2 * time.Second)},
+			sim.Config{}, both(ready("us-east"), stat("429s", func(s simserver.Stats) int { return s.RateLimited }))},
+		{"5xx: retried", simserver.Faults{ErrorRate: 0.4},
+			sim.Config{}, both(ready("us-east"), stat("5xx", func(s simserver.Stats) int { return s.Errors["internal"] + s.Errors["unavailable"] }))},
+		{"timeouts: retried, creates observed first", simserver.Faults{TimeoutRate: 0.3, TimeoutHold: simserver.Duration(time.Minute)},
+			sim.Config{RequestTimeout: 200 * time.Millisecond}, both(ready("us-east"), stat("timeouts", func(s simserver.Stats) int { return s.Timeouts }))},
+		{"lost create response: adopted, not duplicated", simserver.Faults{LostCreateRate: 1},
 			sim.Config{}, both(ready("us-east"), event(gpuprov.EvAdopted))},
-		{"lost create behind listing lag: adopted after the lag", simcloud.Faults{LostCreateRate: 1, ListingLag: simcloud.Duration(6 * time.Second)},
+		{"lost create behind listing lag: adopted after the lag", simserver.Faults{LostCreateRate: 1, ListingLag: simserver.Duration(6 * time.Second)},
 			sim.Config{ConsistencyWindow: 10 * time.Second}, both(ready("us-east"), event(gpuprov.EvAdopted))},
-		{"lost create, idempotency token ignored, listing lag: still one machine", simcloud.Faults{LostCreateRate: 1, ListingLag: simcloud.Duration(4 * time.Second)},
+		{"lost create, idempotency token ignored, listing lag: still one machine", simserver.Faults{LostCreateRate: 1, ListingLag: simserver.Duration(4 * time.Second)},
 			sim.Config{NoIdempotencyToken: true, ConsistencyWindow: 10 * time.Second}, ready("us-east")},
-		{"boot failure: torn down, next offer", simcloud.Faults{BootFailOffers: []string{"a-h100x1-use1a"}},
+		{"boot failure: torn down, next offer", simserver.Faults{BootFailOffers: []string{"a-h100x1-use1a"}},
 			sim.Config{}, both(ready("eu-west"), event(gpuprov.EvTornDown))},
-		{"insufficient funds: provider blocked, launch fails clean", simcloud.Faults{InsufficientFunds: true},
+		{"insufficient funds: provider blocked, launch fails clean", simserver.Faults{InsufficientFunds: true},
 			sim.Config{}, func(t *testing.T, e *engineEnv, vm *gpuprov.VM, err error) {
 				if !errors.Is(err, gpuprov.ErrNoOffers) {
 					t.Fatalf("err %v, want ErrNoOffers after the provider was blocked", err)
@@ -204,7 +204,7 @@ func TestEngineThroughEveryFault(t *testing.T) {
 }
 
 func TestEngineSlowDeleteWaitsUntilGone(t *testing.T) {
-	e := newEngineEnv(t, simcloud.Faults{SlowDelete: simcloud.Duration(45 * time.Second)}, sim.Config{})
+	e := newEngineEnv(t, simserver.Faults{SlowDelete: simserver.Duration(45 * time.Second)}, sim.Config{})
 	if _, err := e.p.Launch(context.Background(), engineReq("vm")); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestEngineSlowDeleteWaitsUntilGone(t *testing.T) {
 }
 
 func TestEnginePreemptionShowsInHealth(t *testing.T) {
-	e := newEngineEnv(t, simcloud.Faults{}, sim.Config{})
+	e := newEngineEnv(t, simserver.Faults{}, sim.Config{})
 	vm, err := e.p.Launch(context.Background(), engineReq("vm"))
 	if err != nil {
 		t.Fatal(err)
@@ -249,7 +249,7 @@ func TestEnginePreemptionShowsInHealth(t *testing.T) {
 // core paces primitives and the adapter paces the requests they make, on
 // the same clock as the server, so several launches at once get no 429.
 func TestEngineRespectsTheRateLimit(t *testing.T) {
-	e := newEngineEnv(t, simcloud.Faults{RateLimit: 10, RateBurst: 5}, sim.Config{RequestsPerSecond: 10, Burst: 5})
+	e := newEngineEnv(t, simserver.Faults{RateLimit: 10, RateBurst: 5}, sim.Config{RequestsPerSecond: 10, Burst: 5})
 	var reqs []gpuprov.Request
 	for i := range 6 {
 		reqs = append(reqs, engineReq(fmt.Sprintf("vm-%d", i)))

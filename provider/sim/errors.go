@@ -49,7 +49,7 @@ func IsAPIError(err error, codes ...string) bool {
 	return false
 }
 
-// codeKinds maps the API's documented error codes (see internal/simcloud) to
+// codeKinds maps the API's documented error codes (see provider/sim/simserver) to
 // the failover policy.
 var codeKinds = map[string]provider.ErrorKind{
 	"out_of_capacity":    provider.Capacity,

@@ -11,7 +11,7 @@ import (
 )
 
 // TestClassify is the error table: each status and documented code of the
-// sim API (internal/simcloud's package documentation) and the kind, scope
+// sim API (provider/sim/simserver's package documentation) and the kind, scope
 // and Retry-After it becomes.
 func TestClassify(t *testing.T) {
 	for _, tc := range []struct {

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/sim"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 func TestCreateFaultsMapToKinds(t *testing.T) {
@@ -17,17 +17,17 @@ func TestCreateFaultsMapToKinds(t *testing.T) {
 	of := e.offer(t, h100)
 	for _, tc := range []struct {
 		name       string
-		faults     simcloud.Faults
+		faults     simserver.Faults
 		kind       provider.ErrorKind
 		scope      provider.Scope
 		retryAfter time.Duration
 	}{
-		{"stockout offer", simcloud.Faults{StockoutOffers: []string{"a-h100x1-use1a"}}, provider.Capacity, provider.ScopeOffer, 0},
-		{"stockout region", simcloud.Faults{StockoutRegions: []string{"us-east"}}, provider.Capacity, provider.ScopeOffer, 0},
-		{"quota region", simcloud.Faults{QuotaRegions: []string{"*"}}, provider.Quota, provider.ScopeRegion, 0},
-		{"insufficient funds", simcloud.Faults{InsufficientFunds: true}, provider.Quota, provider.ScopeProvider, 0},
-		{"429", simcloud.Faults{ThrottleRate: 1, RetryAfter: simcloud.Duration(2 * time.Second)}, provider.Transient, provider.ScopeOffer, 2 * time.Second},
-		{"5xx", simcloud.Faults{ErrorRate: 1}, provider.Transient, provider.ScopeOffer, 0},
+		{"stockout offer", simserver.Faults{StockoutOffers: []string{"a-h100x1-use1a"}}, provider.Capacity, provider.ScopeOffer, 0},
+		{"stockout region", simserver.Faults{StockoutRegions: []string{"us-east"}}, provider.Capacity, provider.ScopeOffer, 0},
+		{"quota region", simserver.Faults{QuotaRegions: []string{"*"}}, provider.Quota, provider.ScopeRegion, 0},
+		{"insufficient funds", simserver.Faults{InsufficientFunds: true}, provider.Quota, provider.ScopeProvider, 0},
+		{"429", simserver.Faults{ThrottleRate: 1, RetryAfter: simserver.Duration(2 * time.Second)}, provider.Transient, provider.ScopeOffer, 2 * time.Second},
+		{"5xx", simserver.Faults{ErrorRate: 1}, provider.Transient, provider.ScopeOffer, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e.setFaults(t, tc.faults)
@@ -41,7 +41,7 @@ func TestCreateFaultsMapToKinds(t *testing.T) {
 			if !errors.As(err, &apiErr) {
 				t.Fatalf("%v does not wrap an *sim.APIError", err)
 			}
-			e.setFaults(t, simcloud.Faults{})
+			e.setFaults(t, simserver.Faults{})
 			if obs := e.observe(t, of.Location, "vm1"); len(obs) != 0 {
 				t.Fatalf("a failed create left %+v", obs)
 			}
@@ -49,7 +49,7 @@ func TestCreateFaultsMapToKinds(t *testing.T) {
 	}
 
 	t.Run("instance quota", func(t *testing.T) {
-		e.setFaults(t, simcloud.Faults{InstanceQuota: 1})
+		e.setFaults(t, simserver.Faults{InstanceQuota: 1})
 		a, _ := newSpec(t, "qa")
 		e.launch(t, a)
 		b, _ := newSpec(t, "qb")
@@ -64,8 +64,8 @@ func TestCreateFaultsMapToKinds(t *testing.T) {
 }
 
 func TestRateLimitTokenBucket(t *testing.T) {
-	e := newEnv(t, func(o *simcloud.Options) {
-		o.Clouds[0].Faults = simcloud.Faults{RateLimit: 0.5, RateBurst: 2}
+	e := newEnv(t, func(o *simserver.Options) {
+		o.Clouds[0].Faults = simserver.Faults{RateLimit: 0.5, RateBurst: 2}
 	})
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
@@ -87,8 +87,8 @@ func TestRateLimitTokenBucket(t *testing.T) {
 }
 
 func TestAPITimeoutIsTransientNotTheCallersDeadline(t *testing.T) {
-	e := newEnv(t, func(o *simcloud.Options) {
-		o.Clouds[0].Faults = simcloud.Faults{TimeoutRate: 1, Ops: []string{"list_instances"}}
+	e := newEnv(t, func(o *simserver.Options) {
+		o.Clouds[0].Faults = simserver.Faults{TimeoutRate: 1, Ops: []string{"list_instances"}}
 	})
 	p, _ := newProvider(t, e.srv, sim.Config{RequestTimeout: 100 * time.Millisecond})
 	_, err := p.Observe(context.Background(), provider.Location{Region: "us-east"}, "vm1")
@@ -107,7 +107,7 @@ func TestLostCreateLandsAndShowsAfterListingLag(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			const lag = 5 * time.Second
 			e := newEnv(t, nil)
-			e.setFaults(t, simcloud.Faults{LostCreateRate: 1, LostCreateMode: mode, ListingLag: simcloud.Duration(lag)})
+			e.setFaults(t, simserver.Faults{LostCreateRate: 1, LostCreateMode: mode, ListingLag: simserver.Duration(lag)})
 			ctx := context.Background()
 			spec, _ := newSpec(t, "vm1")
 			of := e.offer(t, h100)
@@ -119,7 +119,7 @@ func TestLostCreateLandsAndShowsAfterListingLag(t *testing.T) {
 			e.clk.Advance(lag)
 			landed := one(t, e.observe(t, of.Location, "vm1"))
 			// A replay with the same token adopts it rather than launching another.
-			e.setFaults(t, simcloud.Faults{})
+			e.setFaults(t, simserver.Faults{})
 			id, err := e.p.Create(ctx, &of, nil, spec)
 			if err != nil || id != landed.ID {
 				t.Fatalf("replayed create: %s, %v; want %s", id, err, landed.ID)
@@ -133,7 +133,7 @@ func TestLostCreateLandsAndShowsAfterListingLag(t *testing.T) {
 
 func TestBootFailureIsFailedAndDiagnosed(t *testing.T) {
 	e := newEnv(t, nil)
-	e.setFaults(t, simcloud.Faults{BootFailOffers: []string{"a-h100x1-use1a"}})
+	e.setFaults(t, simserver.Faults{BootFailOffers: []string{"a-h100x1-use1a"}})
 	spec, _ := newSpec(t, "vm1")
 	of, id := e.launch(t, spec)
 	e.clk.Advance(bootTime)
@@ -152,7 +152,7 @@ func TestBootFailureIsFailedAndDiagnosed(t *testing.T) {
 
 func TestSlowDeleteStaysStopping(t *testing.T) {
 	e := newEnv(t, nil)
-	e.setFaults(t, simcloud.Faults{SlowDelete: simcloud.Duration(10 * time.Second)})
+	e.setFaults(t, simserver.Faults{SlowDelete: simserver.Duration(10 * time.Second)})
 	spec, _ := newSpec(t, "vm1")
 	of, id := e.launch(t, spec)
 	if err := e.p.Delete(context.Background(), of.Location, "vm1", []string{id}); err != nil {
@@ -181,7 +181,7 @@ func TestPreemption(t *testing.T) {
 	})
 	t.Run("by probability", func(t *testing.T) {
 		e := newEnv(t, nil)
-		e.setFaults(t, simcloud.Faults{PreemptionRate: 1, PreemptWithin: simcloud.Duration(5 * time.Second)})
+		e.setFaults(t, simserver.Faults{PreemptionRate: 1, PreemptWithin: simserver.Duration(5 * time.Second)})
 		spec, _ := newSpec(t, "vm1")
 		of, id := e.launch(t, spec)
 		e.clk.Advance(bootTime)

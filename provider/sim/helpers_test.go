@@ -14,9 +14,9 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/org/gpuprov/clock"
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/sim"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -32,7 +32,7 @@ const (
 
 // env is an in-process sim server on a fake clock and an adapter for it.
 type env struct {
-	srv *simcloud.Server
+	srv *simserver.Server
 	clk *clock.Fake
 	p   *sim.Provider
 	tr  *http.Transport
@@ -40,18 +40,18 @@ type env struct {
 
 // newEnv starts a server with one cloud "sim-a" (catalog A, instant API,
 // boot 3s, delete 1s, no jitter) after mutate has adjusted its options.
-func newEnv(t *testing.T, mutate func(*simcloud.Options)) *env {
+func newEnv(t *testing.T, mutate func(*simserver.Options)) *env {
 	t.Helper()
 	clk := clock.NewFake(t0)
-	timing := simcloud.Timing{BootTime: simcloud.Duration(bootTime), DeleteTime: simcloud.Duration(deleteTime)}
-	opts := simcloud.Options{
+	timing := simserver.Timing{BootTime: simserver.Duration(bootTime), DeleteTime: simserver.Duration(deleteTime)}
+	opts := simserver.Options{
 		Clock:  clk,
-		Clouds: []simcloud.CloudConfig{{Name: cloudName, Timing: &timing}},
+		Clouds: []simserver.CloudConfig{{Name: cloudName, Timing: &timing}},
 	}
 	if mutate != nil {
 		mutate(&opts)
 	}
-	srv, err := simcloud.Start(opts)
+	srv, err := simserver.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func newEnv(t *testing.T, mutate func(*simcloud.Options)) *env {
 }
 
 // newProvider builds an adapter for srv's sim-a with cfg's extra settings.
-func newProvider(t *testing.T, srv *simcloud.Server, cfg sim.Config) (*sim.Provider, *http.Transport) {
+func newProvider(t *testing.T, srv *simserver.Server, cfg sim.Config) (*sim.Provider, *http.Transport) {
 	t.Helper()
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -85,7 +85,7 @@ func newProvider(t *testing.T, srv *simcloud.Server, cfg sim.Config) (*sim.Provi
 	return p, tr
 }
 
-func (e *env) setFaults(t *testing.T, f simcloud.Faults) {
+func (e *env) setFaults(t *testing.T, f simserver.Faults) {
 	t.Helper()
 	if err := e.srv.SetFaults(cloudName, f); err != nil {
 		t.Fatal(err)

@@ -1,5 +1,5 @@
 // Package sim is the adapter for the simulated GPU cloud served by
-// internal/simcloud: the cloud gpuprov's demo, tests, benchmarks and chaos
+// provider/sim/simserver: the cloud gpuprov's demo, tests, benchmarks and chaos
 // runs use. It talks to the server over HTTP exactly as a real REST adapter
 // talks to its cloud, and registers itself under the id "sim":
 //

@@ -15,9 +15,9 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/org/gpuprov/clock"
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/sim"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 func TestPlanFiltersAndSortsCheapestFirst(t *testing.T) {
@@ -206,7 +206,7 @@ func TestIdempotencyToken(t *testing.T) {
 		{"ignored", true, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, func(o *simcloud.Options) { o.Clouds[0].IgnoreIdempotencyToken = tc.ignore })
+			e := newEnv(t, func(o *simserver.Options) { o.Clouds[0].IgnoreIdempotencyToken = tc.ignore })
 			spec, _ := newSpec(t, "vm1")
 			of, id1 := e.launch(t, spec)
 			id2, err := e.p.Create(context.Background(), &of, nil, spec)
@@ -224,7 +224,7 @@ func TestIdempotencyToken(t *testing.T) {
 }
 
 func TestListEveryVMOfTheInstallation(t *testing.T) {
-	e := newEnv(t, func(o *simcloud.Options) { o.DisableSSH = true })
+	e := newEnv(t, func(o *simserver.Options) { o.DisableSSH = true })
 	e.p, _ = newProvider(t, e.srv, sim.Config{ListPageSize: 50})
 	ctx := context.Background()
 	const n = 120 // more than two pages
@@ -259,7 +259,7 @@ func TestListEveryVMOfTheInstallation(t *testing.T) {
 	obs := one(t, e.observe(t, provider.Location{Region: "us-east"}, "vm7"))
 	// With SSH disabled the instance runs with the placeholder endpoint
 	// (so an engine without a connect phase counts it ready).
-	if obs.Status != provider.StatusRunning || obs.SSH == nil || obs.SSH.Port != simcloud.DisabledSSHPort {
+	if obs.Status != provider.StatusRunning || obs.SSH == nil || obs.SSH.Port != simserver.DisabledSSHPort {
 		t.Fatalf("with SSH disabled: %+v", obs)
 	}
 }
@@ -267,9 +267,9 @@ func TestListEveryVMOfTheInstallation(t *testing.T) {
 func TestStateSurvivesRestart(t *testing.T) {
 	stateFile := filepath.Join(t.TempDir(), "sim.json")
 	clk := clock.NewFake(t0)
-	timing := simcloud.Timing{BootTime: simcloud.Duration(bootTime), DeleteTime: simcloud.Duration(deleteTime)}
-	opts := simcloud.Options{Clock: clk, StateFile: stateFile, Clouds: []simcloud.CloudConfig{{Name: cloudName, Timing: &timing}}}
-	srv, err := simcloud.Start(opts)
+	timing := simserver.Timing{BootTime: simserver.Duration(bootTime), DeleteTime: simserver.Duration(deleteTime)}
+	opts := simserver.Options{Clock: clk, StateFile: stateFile, Clouds: []simserver.CloudConfig{{Name: cloudName, Timing: &timing}}}
+	srv, err := simserver.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestStateSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv2, err := simcloud.Start(opts)
+	srv2, err := simserver.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 // pauseJournal holds the Commit that creates VM name, after it committed,
@@ -72,7 +72,7 @@ func (p *pauseDelete) List(ctx context.Context, loc provider.Location) ([]provid
 // lease is per process (acquiring one the process holds succeeds), so only
 // the Provisioner's own claim on the VM keeps a second driver off it.
 func TestRecoverSkipsOwnWork(t *testing.T) {
-	timing := simcloud.Timing{BootTime: simcloud.Duration(300 * time.Millisecond), DeleteTime: simcloud.Duration(100 * time.Millisecond)}
+	timing := simserver.Timing{BootTime: simserver.Duration(300 * time.Millisecond), DeleteTime: simserver.Duration(100 * time.Millisecond)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req := func(name string) gpuprov.Request {

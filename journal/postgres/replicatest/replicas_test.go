@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/internal/simcloud"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/journaltest"
 	"github.com/org/gpuprov/journal/postgres"
@@ -21,6 +20,7 @@ import (
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/providertest"
 	"github.com/org/gpuprov/provider/sim"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -47,16 +47,16 @@ type replica struct {
 // world is the simulated cloud and the journal the replicas share.
 type world struct {
 	t   *testing.T
-	srv *simcloud.Server
+	srv *simserver.Server
 	url string
 }
 
-func newWorld(t *testing.T, timing simcloud.Timing) *world {
+func newWorld(t *testing.T, timing simserver.Timing) *world {
 	t.Helper()
 	pg := pgtest.Require(t)
-	srv, err := simcloud.Start(simcloud.Options{
+	srv, err := simserver.Start(simserver.Options{
 		DisableSSH: true,
-		Clouds:     []simcloud.CloudConfig{{Name: cloud, Offers: simcloud.DefaultCatalog(cloud), Timing: &timing}},
+		Clouds:     []simserver.CloudConfig{{Name: cloud, Offers: simserver.DefaultCatalog(cloud), Timing: &timing}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -146,10 +146,10 @@ func TestReplicasTakeOver(t *testing.T) {
 		killAtReady = 35 // the victim dies once this many of its VMs are ready
 	)
 	start := time.Now()
-	w := newWorld(t, simcloud.Timing{
-		APILatency: simcloud.Duration(time.Millisecond),
-		BootTime:   simcloud.Duration(2 * time.Second), BootJitter: simcloud.Duration(1500 * time.Millisecond),
-		DeleteTime: simcloud.Duration(200 * time.Millisecond),
+	w := newWorld(t, simserver.Timing{
+		APILatency: simserver.Duration(time.Millisecond),
+		BootTime:   simserver.Duration(2 * time.Second), BootJitter: simserver.Duration(1500 * time.Millisecond),
+		DeleteTime: simserver.Duration(200 * time.Millisecond),
 	})
 
 	var (
@@ -288,7 +288,7 @@ func checkCloud(t *testing.T, w *world, j journal.Journal, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byVM := map[string][]simcloud.Instance{}
+	byVM := map[string][]simserver.Instance{}
 	for _, in := range all {
 		byVM[in.Labels[provider.LabelVM]] = append(byVM[in.Labels[provider.LabelVM]], in)
 	}
@@ -303,7 +303,7 @@ func checkCloud(t *testing.T, w *world, j journal.Journal, n int) {
 		switch {
 		case len(ins) != 1:
 			t.Errorf("%s: the cloud holds %d instances, want exactly 1: %+v", name, len(ins), ins)
-		case ins[0].Status != simcloud.StatusRunning:
+		case ins[0].Status != simserver.StatusRunning:
 			t.Errorf("%s: instance %s is %s, want running", name, ins[0].ID, ins[0].Status)
 		case ins[0].ID != v.InstanceID:
 			t.Errorf("%s: the journal says instance %q, the cloud runs %q", name, v.InstanceID, ins[0].ID)

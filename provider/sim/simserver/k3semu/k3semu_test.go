@@ -10,8 +10,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/org/gpuprov/internal/simcloud"
-	"github.com/org/gpuprov/internal/simcloud/k3semu"
+	"github.com/org/gpuprov/provider/sim/simserver"
+	"github.com/org/gpuprov/provider/sim/simserver/k3semu"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -248,19 +248,19 @@ func TestAirGappedInstallNeedsTheBinary(t *testing.T) {
 }
 
 func TestAttachChainsHooks(t *testing.T) {
-	var so simcloud.Options
+	var so simserver.Options
 	so.SandboxEnv = []string{"A=1"}
 	var prevCalled bool
-	so.PrepareSandbox = func(string, simcloud.Instance) error { prevCalled = true; return nil }
+	so.PrepareSandbox = func(string, simserver.Instance) error { prevCalled = true; return nil }
 	cluster := t.TempDir()
-	k3semu.Attach(&so, func(inst simcloud.Instance) k3semu.Options {
+	k3semu.Attach(&so, func(inst simserver.Instance) k3semu.Options {
 		return k3semu.Options{ClusterDir: cluster, GPUs: inst.GPUCount}
 	})
 	if strings.Join(so.SandboxEnv, " ") != "A=1 GPUPROV_ROOT=." {
 		t.Errorf("env %q", so.SandboxEnv)
 	}
 	dir := t.TempDir()
-	if err := so.PrepareSandbox(dir, simcloud.Instance{GPUCount: 1}); err != nil || !prevCalled {
+	if err := so.PrepareSandbox(dir, simserver.Instance{GPUCount: 1}); err != nil || !prevCalled {
 		t.Fatalf("prepare: %v, previous hook called %v", err, prevCalled)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "bin", "nvidia-smi")); err != nil {

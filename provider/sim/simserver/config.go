@@ -1,4 +1,4 @@
-package simcloud
+package simserver
 
 import (
 	"bytes"
@@ -178,7 +178,7 @@ func LoadOptions(path string) (Options, error) {
 	var o Options
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return o, fmt.Errorf("simcloud: %w", err)
+		return o, fmt.Errorf("simserver: %w", err)
 	}
 	if strings.EqualFold(filepath.Ext(path), ".json") {
 		dec := json.NewDecoder(bytes.NewReader(b))
@@ -198,7 +198,7 @@ func LoadOptions(path string) (Options, error) {
 		}
 	}
 	if err != nil {
-		return o, fmt.Errorf("simcloud: %s: %w", path, err)
+		return o, fmt.Errorf("simserver: %s: %w", path, err)
 	}
 	return o, nil
 }
@@ -221,10 +221,10 @@ func (o Options) validate() (Options, error) {
 	clouds := make([]CloudConfig, len(o.Clouds))
 	for i, c := range o.Clouds {
 		if c.Name == "" || strings.ContainsAny(c.Name, "/?# ") {
-			return o, fmt.Errorf("simcloud: invalid cloud name %q", c.Name)
+			return o, fmt.Errorf("simserver: invalid cloud name %q", c.Name)
 		}
 		if seen[c.Name] {
-			return o, fmt.Errorf("simcloud: cloud %q configured twice", c.Name)
+			return o, fmt.Errorf("simserver: cloud %q configured twice", c.Name)
 		}
 		seen[c.Name] = true
 		if len(c.Offers) == 0 {
@@ -233,7 +233,7 @@ func (o Options) validate() (Options, error) {
 		ids := map[string]bool{}
 		for _, of := range c.Offers {
 			if of.ID == "" || ids[of.ID] {
-				return o, fmt.Errorf("simcloud: cloud %s: empty or duplicate offer id %q", c.Name, of.ID)
+				return o, fmt.Errorf("simserver: cloud %s: empty or duplicate offer id %q", c.Name, of.ID)
 			}
 			ids[of.ID] = true
 		}

@@ -3,14 +3,14 @@
 // real command sequence runs end to end over real SSH without a real
 // Kubernetes. A cluster formed on the sim is simulated: the demo says so.
 //
-// Wire it into a sim server through its hooks (nothing in simcloud
+// Wire it into a sim server through its hooks (nothing in simserver
 // changes):
 //
-//	so := simcloud.DefaultOptions()
-//	k3semu.Attach(&so, func(inst simcloud.Instance) k3semu.Options {
+//	so := simserver.DefaultOptions()
+//	k3semu.Attach(&so, func(inst simserver.Instance) k3semu.Options {
 //		return k3semu.Options{ClusterDir: clusterDir, GPUs: inst.GPUCount}
 //	})
-//	srv, err := simcloud.Start(so)
+//	srv, err := simserver.Start(so)
 //
 // Attach sets PrepareSandbox to Install each new sandbox and appends
 // SandboxEnv ("GPUPROV_ROOT=.") to the sandbox environment: the sim runs
@@ -18,7 +18,7 @@
 // relative root names the sandbox, and the k3s package prefixes every path
 // with it (resolved to an absolute path). The emulated tools refuse to run
 // when GPUPROV_ROOT is unset, so they never touch the real /etc. (A
-// per-sandbox absolute GPUPROV_ROOT would need simcloud to add
+// per-sandbox absolute GPUPROV_ROOT would need simserver to add
 // "GPUPROV_ROOT=<dir>" to the environment it builds in newSSH; the
 // relative form makes that unnecessary.)
 //

@@ -1,4 +1,4 @@
-package simcloud
+package simserver
 
 import (
 	"context"
@@ -27,11 +27,11 @@ import (
 // Errors of the Go API.
 var (
 	// ErrUnknownCloud is returned for a cloud name the server does not serve.
-	ErrUnknownCloud = errors.New("simcloud: unknown cloud")
+	ErrUnknownCloud = errors.New("simserver: unknown cloud")
 	// ErrNotFound is returned for an instance the cloud does not hold.
-	ErrNotFound = errors.New("simcloud: no such instance")
+	ErrNotFound = errors.New("simserver: no such instance")
 	// ErrNotRunning is returned by Preempt for an instance that is not running.
-	ErrNotRunning = errors.New("simcloud: instance is not running")
+	ErrNotRunning = errors.New("simserver: instance is not running")
 )
 
 // Server is a running simulated cloud server. Its methods are safe for
@@ -113,13 +113,13 @@ func Start(opts Options) (*Server, error) {
 	case opts.StateFile != "":
 		s.stateDir = opts.StateFile + ".d"
 	default:
-		if s.stateDir, err = os.MkdirTemp("", "simcloud-"); err != nil {
-			return nil, fmt.Errorf("simcloud: %w", err)
+		if s.stateDir, err = os.MkdirTemp("", "simserver-"); err != nil {
+			return nil, fmt.Errorf("simserver: %w", err)
 		}
 		s.tempDir = true
 	}
 	if err := os.MkdirAll(s.stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("simcloud: %w", err)
+		return nil, fmt.Errorf("simserver: %w", err)
 	}
 	s.adminToken = opts.AdminToken
 	if err := s.load(); err != nil {
@@ -137,7 +137,7 @@ func Start(opts Options) (*Server, error) {
 	s.ln, err = net.Listen("tcp", addr)
 	if err != nil {
 		s.cleanupDir()
-		return nil, fmt.Errorf("simcloud: %w", err)
+		return nil, fmt.Errorf("simserver: %w", err)
 	}
 	s.url = "http://" + s.ln.Addr().String()
 	s.http = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second,
@@ -164,10 +164,10 @@ func Start(opts Options) (*Server, error) {
 	go func() {
 		defer s.wg.Done()
 		if err := s.http.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("simcloud: serve", "err", err)
+			s.log.Error("simserver: serve", "err", err)
 		}
 	}()
-	s.log.Info("simcloud: listening", "url", s.url, "clouds", s.Clouds())
+	s.log.Info("simserver: listening", "url", s.url, "clouds", s.Clouds())
 	return s, nil
 }
 
@@ -175,14 +175,14 @@ func Start(opts Options) (*Server, error) {
 func checkLoopback(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("simcloud: address %q: %w", addr, err)
+		return fmt.Errorf("simserver: address %q: %w", addr, err)
 	}
 	if host == "localhost" {
 		return nil
 	}
 	ip := net.ParseIP(host)
 	if ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("simcloud: address %q is not a loopback address; the simulator binds loopback only", addr)
+		return fmt.Errorf("simserver: address %q is not a loopback address; the simulator binds loopback only", addr)
 	}
 	return nil
 }

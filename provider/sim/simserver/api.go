@@ -1,4 +1,4 @@
-package simcloud
+package simserver
 
 import (
 	"bytes"
@@ -190,7 +190,7 @@ func (s *Server) createInstance(c *cloud, _ *http.Request, body []byte, now time
 	}
 	in := s.newInstance(c, of, &req, boot, now)
 	s.save()
-	s.log.Debug("simcloud: created", "cloud", c.cfg.Name, "instance", in.ID, "offer", of.ID)
+	s.log.Debug("simserver: created", "cloud", c.cfg.Name, "instance", in.ID, "offer", of.ID)
 	if c.chance(c.faults.LostCreateRate) {
 		c.stats.LostCreates++
 		if c.faults.LostCreateMode == "drop" {

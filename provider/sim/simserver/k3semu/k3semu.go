@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/org/gpuprov/internal/simcloud"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 //go:embed scripts
@@ -130,7 +130,7 @@ func Env(dir string) []string {
 }
 
 // SandboxEnv is the environment to add to every sandbox of a sim server
-// (simcloud.Options.SandboxEnv): GPUPROV_ROOT=".". The server already puts
+// (simserver.Options.SandboxEnv): GPUPROV_ROOT=".". The server already puts
 // the sandbox's bin folder first on PATH and runs every command in the
 // sandbox folder, so the relative root names each sandbox; the k3s package
 // resolves it to an absolute path with `cd && pwd -P`, and the emulated
@@ -142,9 +142,9 @@ func SandboxEnv() []string { return []string{"GPUPROV_ROOT=."} }
 // hook already set, and SandboxEnv is appended to so.SandboxEnv. opts
 // decides per instance, e.g. GPUs only for some. It runs under the sim
 // server's lock and must not call the server.
-func Attach(so *simcloud.Options, opts func(inst simcloud.Instance) Options) {
+func Attach(so *simserver.Options, opts func(inst simserver.Instance) Options) {
 	prev := so.PrepareSandbox
-	so.PrepareSandbox = func(dir string, inst simcloud.Instance) error {
+	so.PrepareSandbox = func(dir string, inst simserver.Instance) error {
 		if prev != nil {
 			if err := prev(dir, inst); err != nil {
 				return err

@@ -1,4 +1,4 @@
-package simcloud
+package simserver
 
 import (
 	"fmt"
@@ -222,7 +222,7 @@ func (s *Server) purge(c *cloud, in *instance) {
 		delete(c.tokens, in.Token)
 	}
 	if err := os.RemoveAll(s.sandboxDir(c.cfg.Name, in.ID)); err != nil {
-		s.log.Warn("simcloud: remove sandbox", "cloud", c.cfg.Name, "instance", in.ID, "err", err)
+		s.log.Warn("simserver: remove sandbox", "cloud", c.cfg.Name, "instance", in.ID, "err", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package simcloud
+package simserver
 
 import (
 	"encoding/json"
@@ -42,14 +42,14 @@ func (s *Server) load() error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("simcloud: load state: %w", err)
+		return fmt.Errorf("simserver: load state: %w", err)
 	}
 	var st stateFile
 	if err := json.Unmarshal(b, &st); err != nil {
-		return fmt.Errorf("simcloud: load state %s: %w", s.opts.StateFile, err)
+		return fmt.Errorf("simserver: load state %s: %w", s.opts.StateFile, err)
 	}
 	if st.Version != stateVersion {
-		return fmt.Errorf("simcloud: state %s has version %d, want %d", s.opts.StateFile, st.Version, stateVersion)
+		return fmt.Errorf("simserver: state %s has version %d, want %d", s.opts.StateFile, st.Version, stateVersion)
 	}
 	if s.adminToken == "" {
 		s.adminToken = st.AdminToken
@@ -57,7 +57,7 @@ func (s *Server) load() error {
 	for name, cs := range st.Clouds {
 		c := s.clouds[name]
 		if c == nil {
-			s.log.Warn("simcloud: state holds a cloud that is not configured; its instances are dropped", "cloud", name, "instances", len(cs.Instances))
+			s.log.Warn("simserver: state holds a cloud that is not configured; its instances are dropped", "cloud", name, "instances", len(cs.Instances))
 			continue
 		}
 		if c.apiKey == "" {
@@ -95,7 +95,7 @@ func (s *Server) save() {
 		return
 	}
 	if err := s.saveLocked(); err != nil {
-		s.log.Error("simcloud: save state", "err", err)
+		s.log.Error("simserver: save state", "err", err)
 	}
 }
 
@@ -135,7 +135,7 @@ func (s *Server) saveLoop() {
 			err = s.writeState(b)
 		}
 		if err != nil {
-			s.log.Error("simcloud: save state", "err", err)
+			s.log.Error("simserver: save state", "err", err)
 		}
 	}
 }
@@ -158,7 +158,7 @@ func (s *Server) encodeLocked() ([]byte, error) {
 	}
 	b, err := json.Marshal(&st)
 	if err != nil {
-		return nil, fmt.Errorf("simcloud: save state: %w", err)
+		return nil, fmt.Errorf("simserver: save state: %w", err)
 	}
 	return b, nil
 }
@@ -167,9 +167,9 @@ func (s *Server) encodeLocked() ([]byte, error) {
 // rename) with mode 0600.
 func (s *Server) writeState(b []byte) error {
 	dir := filepath.Dir(s.opts.StateFile)
-	f, err := os.CreateTemp(dir, ".simcloud-state-*")
+	f, err := os.CreateTemp(dir, ".simserver-state-*")
 	if err != nil {
-		return fmt.Errorf("simcloud: save state: %w", err)
+		return fmt.Errorf("simserver: save state: %w", err)
 	}
 	tmp := f.Name()
 	err = f.Chmod(0o600)
@@ -187,7 +187,7 @@ func (s *Server) writeState(b []byte) error {
 	}
 	if err != nil {
 		_ = os.Remove(tmp) // best effort: the temp file is garbage either way
-		return fmt.Errorf("simcloud: save state: %w", err)
+		return fmt.Errorf("simserver: save state: %w", err)
 	}
 	return nil
 }

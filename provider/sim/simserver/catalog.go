@@ -1,4 +1,4 @@
-package simcloud
+package simserver
 
 // DefaultCatalog returns the demo catalog of a cloud: "sim-b" gets catalog
 // B, every other name catalog A. GPU names are canonical (provider.GPUNames).

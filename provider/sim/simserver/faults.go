@@ -1,4 +1,4 @@
-package simcloud
+package simserver
 
 import (
 	"fmt"
@@ -79,16 +79,16 @@ func (f Faults) validate() error {
 		"lost_create_rate": f.LostCreateRate, "boot_failure_rate": f.BootFailureRate, "preemption_rate": f.PreemptionRate,
 	} {
 		if p < 0 || p > 1 || math.IsNaN(p) {
-			return fmt.Errorf("simcloud: fault %s = %v is not a probability", name, p)
+			return fmt.Errorf("simserver: fault %s = %v is not a probability", name, p)
 		}
 	}
 	switch f.LostCreateMode {
 	case "", "error", "drop":
 	default:
-		return fmt.Errorf("simcloud: lost_create_mode %q: want \"error\" or \"drop\"", f.LostCreateMode)
+		return fmt.Errorf("simserver: lost_create_mode %q: want \"error\" or \"drop\"", f.LostCreateMode)
 	}
 	if f.RateLimit < 0 || f.RateBurst < 0 || f.InstanceQuota < 0 {
-		return fmt.Errorf("simcloud: negative rate_limit, rate_burst or instance_quota")
+		return fmt.Errorf("simserver: negative rate_limit, rate_burst or instance_quota")
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package simcloud
+package simserver
 
 import (
 	"crypto/ed25519"
@@ -113,7 +113,7 @@ func (s *Server) startSSH(c *cloud, in *instance, at time.Time) {
 	}
 	srv, err := s.newSSH(c, in)
 	if err != nil {
-		s.log.Warn("simcloud: start SSH", "cloud", c.cfg.Name, "instance", in.ID, "err", err)
+		s.log.Warn("simserver: start SSH", "cloud", c.cfg.Name, "instance", in.ID, "err", err)
 		s.fail(c, in, at, "boot failed: SSH did not start: "+err.Error())
 		return
 	}

@@ -1,4 +1,4 @@
-// Package simcloud is the simulated GPU cloud: an HTTP JSON API shaped like a
+// Package simserver is the simulated GPU cloud: an HTTP JSON API shaped like a
 // GPU marketplace, serving several independent clouds (accounts) from one
 // server, each with its own catalog, prices, API key and faults. It is the
 // embedded default cloud of gpuprov (provider/sim talks to it): the demo,
@@ -8,11 +8,11 @@
 //
 // The smallest real use:
 //
-//	srv, err := simcloud.Start(simcloud.DefaultOptions()) // sim-a and sim-b on 127.0.0.1:<free port>
+//	srv, err := simserver.Start(simserver.DefaultOptions()) // sim-a and sim-b on 127.0.0.1:<free port>
 //	if err != nil { ... }
 //	defer srv.Close()
 //	// point provider/sim at srv.URL() with cloud "sim-a" and key srv.APIKey("sim-a")
-//	srv.SetFaults("sim-a", simcloud.Faults{StockoutOffers: []string{"*"}}) // fail over to sim-b
+//	srv.SetFaults("sim-a", simserver.Faults{StockoutOffers: []string{"*"}}) // fail over to sim-b
 //
 // Only loopback is ever bound: Start refuses any other address.
 //
@@ -126,4 +126,4 @@
 // the instances' private host keys, the API keys and the admin token, which
 // is acceptable for a simulator and is why it is 0600. Faults are not
 // persisted: a restarted server injects the configured ones.
-package simcloud
+package simserver
