@@ -1,13 +1,23 @@
 package provider
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sort"
 	"sync"
 )
 
 // Settings is what a Factory gets to build a provider.
+//
+// The adapter's config comes from Config (a Go value) or Decode (text):
+//
+//	provider.Settings{Config: aws.Config{Regions: []string{"us-east-1"}, Spot: true}}
+//	provider.Settings{Decode: provider.DecodeTOML([]byte(`regions = ["us-east-1"]`))}
+//
+// Each adapter documents its Config type; the TOML and JSON keys are the
+// field tags. With neither, the adapter runs on its defaults.
 type Settings struct {
 	// Name is the provider id to report from Name(); it defaults to the
 	// registered id. Two accounts of one cloud are two names.
@@ -15,20 +25,54 @@ type Settings struct {
 	// Installation is the journal's installation id: part of every
 	// resource's identity and of every Observe and List filter.
 	Installation string
+	// Config is the adapter's config as a Go value: a value of the
+	// adapter's Config type (aws.Config, gcp.Config, ...) or a non-nil
+	// pointer to one. A value of another type is an error naming both
+	// types; so is a nil pointer. Set Config or Decode, not both.
+	Config any
 	// Decode fills the adapter's config struct from its config section
 	// (for example the [aws] table of the CLI's TOML file). It must report
-	// unknown keys as an error naming them. Nil means an empty section.
+	// unknown keys as an error naming them. DecodeTOML and DecodeJSON
+	// return such functions. Decode is handed a pointer to a struct with
+	// the fields and tags of the adapter's Config in which every
+	// time.Duration field is a string ("90s"); DecodeInto parses them.
 	Decode func(into any) error
 	// Logger receives the adapter's structured logs; never secrets.
 	Logger *slog.Logger
 }
 
-// DecodeInto calls s.Decode when it is set.
+// DecodeInto fills into, a pointer to the adapter's Config, from s.Config
+// or s.Decode; with neither it leaves into as it is (an empty section).
+// Factories call it. An s.Config of another type than *into, both fields
+// set, or a duration string that does not parse (the error names its key)
+// is an error.
 func (s Settings) DecodeInto(into any) error {
-	if s.Decode == nil {
+	rv := reflect.ValueOf(into)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return fmt.Errorf("DecodeInto(%T): want a non-nil pointer", into)
+	}
+	switch {
+	case s.Config != nil && s.Decode != nil:
+		return errors.New("Settings has both Config and Decode: set one")
+	case s.Decode != nil:
+		return decodeDurations(into, s.Decode)
+	case s.Config == nil:
 		return nil
 	}
-	return s.Decode(into)
+	want := rv.Elem().Type()
+	cv := reflect.ValueOf(s.Config)
+	switch {
+	case cv.Type() == want:
+		rv.Elem().Set(cv)
+	case cv.Kind() == reflect.Pointer && cv.Type().Elem() == want:
+		if cv.IsNil() {
+			return fmt.Errorf("Settings.Config is a nil %s", cv.Type())
+		}
+		rv.Elem().Set(cv.Elem())
+	default:
+		return fmt.Errorf("Settings.Config is a %s, want a %s (or *%s)", cv.Type(), want, want)
+	}
+	return nil
 }
 
 // Factory builds a provider from its settings. It must validate the config
