@@ -10,16 +10,7 @@ import (
 // a server run as its own process. Every call needs the admin token.
 func (s *Server) adminRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /admin/clouds", s.admin(func(r *http.Request) (int, any, error) {
-		type info struct {
-			Name   string `json:"name"`
-			APIKey string `json:"api_key"`
-			URL    string `json:"url"`
-		}
-		out := []info{}
-		for _, n := range s.Clouds() {
-			out = append(out, info{Name: n, APIKey: s.APIKey(n), URL: s.url + "/clouds/" + n + "/v1"})
-		}
-		return http.StatusOK, out, nil
+		return http.StatusOK, s.Accounts(), nil
 	}))
 	mux.Handle("GET /admin/clouds/{cloud}/faults", s.admin(func(r *http.Request) (int, any, error) {
 		f, err := s.Faults(r.PathValue("cloud"))

@@ -28,6 +28,10 @@ type Options struct {
 	// Clouds are the clouds (accounts) the server serves, each under
 	// /clouds/{name}/v1/.
 	Clouds []CloudConfig `json:"clouds" toml:"clouds"`
+	// Timing is the timing of every cloud whose CloudConfig.Timing is nil;
+	// nil means DefaultTiming(). A non-nil Timing is taken as is: its zero
+	// durations are instant.
+	Timing *Timing `json:"timing,omitempty" toml:"timing,omitempty"`
 	// StateFile, when set, holds the whole state (instances, side
 	// resources, counters, generated keys and the instances' SSH host keys).
 	// It is rewritten atomically after every mutation and loaded at start.
@@ -89,8 +93,9 @@ type CloudConfig struct {
 	IgnoreIdempotencyToken bool `json:"ignore_idempotency_token,omitempty" toml:"ignore_idempotency_token,omitempty"`
 	// SSHUser is the login user when a create names none ("ubuntu" if empty).
 	SSHUser string `json:"ssh_user,omitempty" toml:"ssh_user,omitempty"`
-	// Timing sets the latencies; nil means DefaultTiming(). A non-nil
-	// Timing is taken as is: its zero durations are instant.
+	// Timing sets the latencies; nil means Options.Timing, else
+	// DefaultTiming(). A non-nil Timing is taken as is: its zero durations
+	// are instant.
 	Timing *Timing `json:"timing,omitempty" toml:"timing,omitempty"`
 	// Faults are the faults injected from the start; see Faults.
 	Faults Faults `json:"faults,omitzero" toml:"faults,omitempty"`
@@ -102,7 +107,8 @@ type Timing struct {
 	APILatency Duration `json:"api_latency,omitempty" toml:"api_latency,omitempty"`
 	// BootTime is create → running (a third provisioning, then booting),
 	// plus or minus a uniform BootJitter.
-	BootTime   Duration `json:"boot_time,omitempty" toml:"boot_time,omitempty"`
+	BootTime Duration `json:"boot_time,omitempty" toml:"boot_time,omitempty"`
+	// BootJitter spreads BootTime uniformly by up to this much either way.
 	BootJitter Duration `json:"boot_jitter,omitempty" toml:"boot_jitter,omitempty"`
 	// DeleteTime is how long a deleted instance stays "stopping" (before
 	// Faults.SlowDelete is added), and a preempted one "preempted", before
@@ -120,19 +126,27 @@ func DefaultTiming() Timing {
 	}
 }
 
-// Offer is one entry of a cloud's catalog, as GET offers returns it.
+// Offer is one entry of a cloud's catalog, as GET offers returns it and as
+// a [[clouds.offers]] table of an options file sets it.
 type Offer struct {
-	ID           string  `json:"id" toml:"id"`
-	Region       string  `json:"region" toml:"region"`
-	Zone         string  `json:"zone,omitempty" toml:"zone,omitempty"`
-	InstanceType string  `json:"instance_type" toml:"instance_type"`
-	GPU          string  `json:"gpu" toml:"gpu"` // canonical name, see provider.GPUNames
+	// ID is unique within the cloud; fault lists (StockoutOffers,
+	// BootFailOffers) name offers by it.
+	ID string `json:"id" toml:"id"`
+	// Region is what region filters, quotas and region faults match;
+	// Zone is informational.
+	Region       string `json:"region" toml:"region"`
+	Zone         string `json:"zone,omitempty" toml:"zone,omitempty"`
+	InstanceType string `json:"instance_type" toml:"instance_type"`
+	// GPU is a canonical name (see provider.GPUNames), GPUCount GPUs of
+	// GPUMemoryGB each.
+	GPU          string  `json:"gpu" toml:"gpu"`
 	GPUCount     int     `json:"gpu_count" toml:"gpu_count"`
-	GPUMemoryGB  int     `json:"gpu_memory_gb" toml:"gpu_memory_gb"` // per GPU
+	GPUMemoryGB  int     `json:"gpu_memory_gb" toml:"gpu_memory_gb"`
 	VCPUs        int     `json:"vcpus" toml:"vcpus"`
 	MemoryGB     float64 `json:"memory_gb" toml:"memory_gb"`
-	PricePerHour float64 `json:"price_per_hour" toml:"price_per_hour"`
-	Spot         bool    `json:"spot" toml:"spot"`
+	PricePerHour float64 `json:"price_per_hour" toml:"price_per_hour"` // USD
+	// Spot offers may be preempted (Faults.PreemptionRate, Server.Preempt).
+	Spot bool `json:"spot" toml:"spot"`
 	// Availability is a hint ("high", "medium", "low"), not a promise: a
 	// stockout fault makes creates fail whatever it says.
 	Availability string `json:"availability" toml:"availability"`
@@ -239,6 +253,9 @@ func (o Options) validate() (Options, error) {
 		}
 		if c.Timing == nil {
 			t := DefaultTiming()
+			if o.Timing != nil {
+				t = *o.Timing
+			}
 			c.Timing = &t
 		}
 		if c.SSHUser == "" {

@@ -1,20 +1,33 @@
-// Package simserver is the simulated GPU cloud: an HTTP JSON API shaped like a
-// GPU marketplace, serving several independent clouds (accounts) from one
+// Package simserver is the simulated GPU cloud: an HTTP JSON API shaped like
+// a GPU marketplace, serving several independent clouds (accounts) from one
 // server, each with its own catalog, prices, API key and faults. It is the
-// embedded default cloud of gpuprov (provider/sim talks to it): the demo,
-// the tests, the benchmarks and the chaos runs use it. Every running
-// instance is a real SSH endpoint on loopback (internal/sshd) whose commands
-// run in a sandbox folder, so SSH and bootstrap steps run for real.
+// cloud provider/sim talks to, and the one gpuprov's demo, CLI (`gpuprov sim
+// serve`), tests, benchmarks and chaos runs use. Every running instance is
+// a real SSH server on loopback whose commands run in a sandbox folder, so
+// SSH and bootstrap steps run for real. docs/clouds/sim.md describes it as a
+// cloud.
 //
-// The smallest real use:
+// In a test, NewServer starts one in the manner of net/http/httptest and
+// closes it when the test ends:
 //
-//	srv, err := simserver.Start(simserver.DefaultOptions()) // sim-a and sim-b on 127.0.0.1:<free port>
-//	if err != nil { ... }
-//	defer srv.Close()
-//	// point provider/sim at srv.URL() with cloud "sim-a" and key srv.APIKey("sim-a")
+//	srv := simserver.NewServer(t, simserver.WithTiming(simserver.Timing{})) // sim-a, sim-b; instant
+//	p, err := sim.New(sim.Config{Endpoint: srv.URL(), Cloud: "sim-a", APIKey: srv.APIKey("sim-a")},
+//		sim.WithName("sim-a"))
+//	if err != nil { t.Fatal(err) }
+//	prov, err := gpuprov.New(j, gpuprov.WithProvider(p)) // j: a journal.Journal
+//	if err != nil { t.Fatal(err) }
+//	defer prov.Close()
+//	vm, err := prov.Launch(ctx, gpuprov.Request{Name: "train-1", GPU: "h100"})
+//	insts, _ := srv.Instances("sim-a") // the admin view: one instance, running
+//
+// Faults are the knobs a test turns: WithFaults at start, or at any time
+//
 //	srv.SetFaults("sim-a", simserver.Faults{StockoutOffers: []string{"*"}}) // fail over to sim-b
 //
-// Only loopback is ever bound: Start refuses any other address.
+// and Instances, Instance, SideResources, Stats and Preempt are the admin
+// view of what the cloud holds. Programs that are not tests call Start
+// (and Close); Start(DefaultOptions()) is what NewServer starts from. Only
+// loopback is ever bound: Start refuses any other address.
 //
 // # API
 //
@@ -91,7 +104,7 @@
 //
 // # Faults
 //
-// Faults are set per cloud in CloudConfig.Faults at start, and at run time
+// Faults are set per cloud in CloudConfig.Faults (WithFaults) at start, and at run time
 // with Server.SetFaults or PUT /admin/clouds/{cloud}/faults. See Faults for
 // each knob: stockouts and quota by offer or region, insufficient funds,
 // injected 429/5xx/timeouts (optionally only for some call kinds), lost
@@ -116,7 +129,8 @@
 //
 // # Time and state
 //
-// Options.Clock (internal/clock) drives every latency, boot, delete, lag
+// Options.Clock (a github.com/org/gpuprov/clock.Clock; WithClock in tests)
+// drives every latency, boot, delete, lag
 // and retention, so tests advance a fake clock instead of sleeping; reads
 // apply the transitions that are due at once. With Options.StateFile the
 // whole state is rewritten atomically (temp file, fsync, rename, mode 0600)

@@ -209,6 +209,28 @@ func (s *Server) APIKey(cloud string) string {
 	return ""
 }
 
+// Account is one cloud the server serves, with what a client needs to use
+// it: provider/sim's Config takes Endpoint (or the server's URL with Cloud
+// set to Name) and APIKey.
+type Account struct {
+	// Name is the cloud's name, its path segment under /clouds/.
+	Name string `json:"name"`
+	// APIKey is the cloud's bearer token, a secret.
+	APIKey string `json:"api_key"`
+	// URL is the cloud's API base, URL()/clouds/{Name}/v1.
+	URL string `json:"url"`
+}
+
+// Accounts returns every cloud served with its API key and API base,
+// sorted by name.
+func (s *Server) Accounts() []Account {
+	out := []Account{}
+	for _, n := range s.Clouds() {
+		out = append(out, Account{Name: n, APIKey: s.APIKey(n), URL: s.url + "/clouds/" + n + "/v1"})
+	}
+	return out
+}
+
 // Clouds returns the names of the clouds served, sorted.
 func (s *Server) Clouds() []string {
 	names := make([]string, 0, len(s.clouds))

@@ -27,45 +27,61 @@ const (
 	EventTerminated      = "terminated"
 )
 
-// Instance is an instance as the API returns it.
+// Instance is an instance as the API returns it (GET instances/{id}) and
+// as Server.Instances reports it. Values are copies: changing one changes
+// nothing on the server.
 type Instance struct {
-	ID            string            `json:"id"`
-	Name          string            `json:"name"`
-	Labels        map[string]string `json:"labels"`
-	OfferID       string            `json:"offer_id"`
-	Region        string            `json:"region"`
-	Zone          string            `json:"zone,omitempty"`
-	InstanceType  string            `json:"instance_type"`
-	GPU           string            `json:"gpu"`
-	GPUCount      int               `json:"gpu_count"`
-	GPUMemoryGB   int               `json:"gpu_memory_gb"`
-	VCPUs         int               `json:"vcpus"`
-	MemoryGB      float64           `json:"memory_gb"`
-	PricePerHour  float64           `json:"price_per_hour"`
-	Spot          bool              `json:"spot"`
-	Status        string            `json:"status"`
-	StatusMessage string            `json:"status_message,omitempty"`
+	// ID is the cloud's id ("i-", 8 digits, 4 hex digits), unique per cloud.
+	ID string `json:"id"`
+	// Name and Labels are what the create asked for; gpuprov labels every
+	// instance with provider.LabelVM and provider.LabelInstallation.
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels"`
+	// OfferID is the offer created; Region through Spot are copied from it.
+	OfferID      string  `json:"offer_id"`
+	Region       string  `json:"region"`
+	Zone         string  `json:"zone,omitempty"`
+	InstanceType string  `json:"instance_type"`
+	GPU          string  `json:"gpu"`
+	GPUCount     int     `json:"gpu_count"`
+	GPUMemoryGB  int     `json:"gpu_memory_gb"`
+	VCPUs        int     `json:"vcpus"`
+	MemoryGB     float64 `json:"memory_gb"`
+	PricePerHour float64 `json:"price_per_hour"`
+	Spot         bool    `json:"spot"`
+	// Status is one of the Status constants; StatusMessage says why a
+	// failed, preempted or stopping instance is so.
+	Status        string `json:"status"`
+	StatusMessage string `json:"status_message,omitempty"`
 	// SSH is set while the instance runs with an SSH endpoint.
-	SSH      *SSHInfo `json:"ssh,omitempty"`
-	PublicIP string   `json:"public_ip,omitempty"`
+	SSH *SSHInfo `json:"ssh,omitempty"`
+	// PublicIP is always 127.0.0.1: the simulator serves loopback only.
+	PublicIP string `json:"public_ip,omitempty"`
 	// HostKey is the public SSH host key (authorized_keys form).
-	HostKey      string    `json:"host_key,omitempty"`
-	SSHKey       string    `json:"ssh_key,omitempty"`
-	Firewall     string    `json:"firewall,omitempty"`
+	HostKey string `json:"host_key,omitempty"`
+	// SSHKey and Firewall name the side resources the create attached.
+	SSHKey   string `json:"ssh_key,omitempty"`
+	Firewall string `json:"firewall,omitempty"`
+	// CreatedAt, UpdatedAt and TerminatedAt are on the server's clock;
+	// TerminatedAt is zero until the instance is terminated.
 	CreatedAt    time.Time `json:"created_at"`
 	UpdatedAt    time.Time `json:"updated_at"`
 	TerminatedAt time.Time `json:"terminated_at,omitzero"`
-	Events       []Event   `json:"events"`
+	// Events is the instance's history, oldest first; it stays readable
+	// after termination, so a reclaim or a boot failure can be diagnosed.
+	Events []Event `json:"events"`
 }
 
-// SSHInfo is where a running instance answers SSH.
+// SSHInfo is where a running instance answers SSH: Host:Port, logging in
+// as User (the create's ssh_user, else CloudConfig.SSHUser).
 type SSHInfo struct {
 	Host string `json:"host"`
 	Port int    `json:"port"`
 	User string `json:"user"`
 }
 
-// Event is one entry of an instance's history.
+// Event is one entry of an instance's history: when (server clock), which
+// of the Event constants, and a human message.
 type Event struct {
 	At      time.Time `json:"at"`
 	Type    string    `json:"type"`
@@ -78,7 +94,10 @@ type Port struct {
 	Protocol string `json:"protocol"`
 }
 
-// Firewall is a regional firewall resource.
+// Firewall is a regional firewall resource (PUT firewalls/{name}): the
+// ports it opens, its labels, and when it was created. An instance names
+// it at create; it cannot be deleted while such an instance is not
+// terminated.
 type Firewall struct {
 	Name      string            `json:"name"`
 	Region    string            `json:"region"`
@@ -87,7 +106,8 @@ type Firewall struct {
 	CreatedAt time.Time         `json:"created_at"`
 }
 
-// SSHKey is an account-wide SSH key resource.
+// SSHKey is an account-wide SSH key resource (PUT ssh-keys/{name}): the
+// authorized_keys lines that may log in to an instance that names it.
 type SSHKey struct {
 	Name       string            `json:"name"`
 	PublicKeys []string          `json:"public_keys"`
@@ -95,7 +115,9 @@ type SSHKey struct {
 	CreatedAt  time.Time         `json:"created_at"`
 }
 
-// Resources are a cloud's side resources.
+// Resources are a cloud's side resources, as Server.SideResources and
+// GET /admin/clouds/{cloud}/resources report them; empty lists are
+// non-nil.
 type Resources struct {
 	Firewalls []Firewall `json:"firewalls"`
 	SSHKeys   []SSHKey   `json:"ssh_keys"`
