@@ -5,9 +5,10 @@
 //
 //	import _ "github.com/org/gpuprov/provider/sim"
 //
-//	p, err := provider.Build("sim", provider.Settings{Name: "sim-a", Installation: inst, Decode: ...})
+//	p, err := provider.Build("sim", provider.Settings{Name: "sim-a", Installation: inst,
+//		Config: sim.Config{Endpoint: "http://127.0.0.1:7070", APIKey: key}})
 //
-// with a config section such as
+// or with Decode: provider.DecodeTOML(section) and a config section such as
 //
 //	endpoint = "http://127.0.0.1:7070"   # the server's URL (required)
 //	api_key  = "simkey-..."              # the cloud's API key (required)
@@ -49,96 +50,46 @@ const ID = "sim"
 // maxListPageSize is the largest page GET instances serves.
 const maxListPageSize = 500
 
-// Config is a sim cloud account.
+// Config is a sim cloud account. Build it in Go and pass it as
+// provider.Settings{Config: sim.Config{...}} (or to New), or write it as
+// the TOML table or JSON object whose keys are the field tags; durations are
+// then strings such as "500ms".
 type Config struct {
-	// Endpoint is the server's base URL (http://127.0.0.1:port).
-	Endpoint string
+	// Endpoint is the server's base URL (http://127.0.0.1:port). Required.
+	Endpoint string `toml:"endpoint" json:"endpoint"`
 	// Cloud is the cloud on that server; empty means the provider name.
-	Cloud string
-	// APIKey is the cloud's bearer token. It is never logged.
-	APIKey string
+	Cloud string `toml:"cloud" json:"cloud"`
+	// APIKey is the cloud's bearer token, as the server printed it
+	// (gpuprov sim serve). Required; never logged.
+	APIKey string `toml:"api_key" json:"api_key"`
 	// Regions limit Plan and List; empty means every region of the catalog.
-	Regions []string
-	// PollInterval, BootTimeout, DeleteTimeout and ConsistencyWindow are
-	// reported by Capabilities; zero means 500ms, 2m, 1m and 2s.
-	// ConsistencyWindow must cover the server's listing lag.
-	PollInterval      time.Duration
-	BootTimeout       time.Duration
-	DeleteTimeout     time.Duration
-	ConsistencyWindow time.Duration
+	Regions []string `toml:"regions" json:"regions"`
+	// PollInterval is how often the core observes a booting or deleting
+	// instance; zero means 500ms.
+	PollInterval time.Duration `toml:"poll_interval" json:"poll_interval"`
+	// BootTimeout bounds the wait for an instance to run; zero means 2m.
+	BootTimeout time.Duration `toml:"boot_timeout" json:"boot_timeout"`
+	// DeleteTimeout bounds a teardown; zero means 1m.
+	DeleteTimeout time.Duration `toml:"delete_timeout" json:"delete_timeout"`
+	// ConsistencyWindow is how long a created instance may be missing
+	// from listings; zero means 2s. It must cover the server's listing lag.
+	ConsistencyWindow time.Duration `toml:"consistency_window" json:"consistency_window"`
 	// RequestTimeout bounds each API call; zero means 30s.
-	RequestTimeout time.Duration
-	// RequestsPerSecond and Burst size the core's token bucket for this
-	// account (which paces primitives) and the adapter's own (which paces
-	// each HTTP request, since some primitives make several); zero means
-	// unlimited.
-	RequestsPerSecond float64
-	Burst             int
+	RequestTimeout time.Duration `toml:"request_timeout" json:"request_timeout"`
+	// RequestsPerSecond sizes the core's token bucket for this account
+	// (which paces primitives) and the adapter's own (which paces each HTTP
+	// request, since some primitives make several); zero means unlimited.
+	RequestsPerSecond float64 `toml:"requests_per_second" json:"requests_per_second"`
+	// Burst is those buckets' size; zero means RequestsPerSecond rounded
+	// down, at least 1.
+	Burst int `toml:"burst" json:"burst"`
 	// ListPageSize is the page size of GET instances (1..500); zero means
 	// 500, the most the server serves, so that listing a location costs
 	// one call per 500 instances rather than per 100 (the server's default).
-	ListPageSize int
+	ListPageSize int `toml:"list_page_size" json:"list_page_size"`
 	// NoIdempotencyToken declares that the cloud ignores idempotency
 	// tokens (Capabilities then lists FeatureIdempotencyToken).
-	NoIdempotencyToken bool
-}
-
-// fileConfig is Config as written in a config file, durations as strings.
-type fileConfig struct {
-	Endpoint           string   `toml:"endpoint" json:"endpoint"`
-	Cloud              string   `toml:"cloud" json:"cloud"`
-	APIKey             string   `toml:"api_key" json:"api_key"`
-	Regions            []string `toml:"regions" json:"regions"`
-	PollInterval       string   `toml:"poll_interval" json:"poll_interval"`
-	BootTimeout        string   `toml:"boot_timeout" json:"boot_timeout"`
-	DeleteTimeout      string   `toml:"delete_timeout" json:"delete_timeout"`
-	ConsistencyWindow  string   `toml:"consistency_window" json:"consistency_window"`
-	RequestTimeout     string   `toml:"request_timeout" json:"request_timeout"`
-	RequestsPerSecond  float64  `toml:"requests_per_second" json:"requests_per_second"`
-	Burst              int      `toml:"burst" json:"burst"`
-	ListPageSize       int      `toml:"list_page_size" json:"list_page_size"`
-	NoIdempotencyToken bool     `toml:"no_idempotency_token" json:"no_idempotency_token"`
-}
-
-func (f fileConfig) config() (Config, error) {
-	c := Config{Endpoint: f.Endpoint, Cloud: f.Cloud, APIKey: f.APIKey, Regions: f.Regions,
-		RequestsPerSecond: f.RequestsPerSecond, Burst: f.Burst, ListPageSize: f.ListPageSize,
-		NoIdempotencyToken: f.NoIdempotencyToken}
-	for _, d := range []struct {
-		name string
-		in   string
-		out  *time.Duration
-	}{
-		{"poll_interval", f.PollInterval, &c.PollInterval},
-		{"boot_timeout", f.BootTimeout, &c.BootTimeout},
-		{"delete_timeout", f.DeleteTimeout, &c.DeleteTimeout},
-		{"consistency_window", f.ConsistencyWindow, &c.ConsistencyWindow},
-		{"request_timeout", f.RequestTimeout, &c.RequestTimeout},
-	} {
-		if d.in == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.in)
-		if err != nil {
-			return c, fmt.Errorf("%s: %w", d.name, err)
-		}
-		*d.out = v
-	}
-	return c, nil
-}
-
-func init() {
-	provider.Register(ID, func(s provider.Settings) (provider.CloudProvider, error) {
-		var fc fileConfig
-		if err := s.DecodeInto(&fc); err != nil {
-			return nil, fmt.Errorf("sim: config: %w", err)
-		}
-		cfg, err := fc.config()
-		if err != nil {
-			return nil, fmt.Errorf("sim: config: %w", err)
-		}
-		return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
-	})
+	NoIdempotencyToken bool `toml:"no_idempotency_token" json:"no_idempotency_token"`
 }
 
 // Provider is a sim cloud account. It is safe for concurrent use.
