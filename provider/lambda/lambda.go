@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -25,106 +24,53 @@ const DefaultBaseURL = "https://cloud.lambda.ai/api/v1"
 // key from when the config section has no api_key. New never reads it.
 const EnvAPIKey = "LAMBDA_API_KEY"
 
-// Config is one Lambda Cloud account.
+// Config is one Lambda Cloud account. Build it in Go and pass it as
+// provider.Settings{Config: lambda.Config{...}} (or to New), or write it as
+// the TOML table or JSON object whose keys are the field tags; durations are
+// then strings such as "10s".
 type Config struct {
-	// APIKey is the account's API key, sent as a bearer token. Required;
-	// never logged.
-	APIKey string
+	// APIKey is the account's API key, sent as a bearer token. Required.
+	// It may be set here, but is better left empty and given through the
+	// LAMBDA_API_KEY environment variable (EnvAPIKey), which the registry
+	// factory reads when it is empty, so that it stays out of config files
+	// and code. Never logged.
+	APIKey string `toml:"api_key" json:"api_key"`
 	// BaseURL overrides DefaultBaseURL.
-	BaseURL string
-	// Regions limit Plan and List; empty means every region.
-	Regions []string
+	BaseURL string `toml:"base_url" json:"base_url"`
+	// Regions limit Plan and List to these region names (us-east-1, ...);
+	// empty means every region.
+	Regions []string `toml:"regions" json:"regions"`
 	// ImageFamily is the image family to launch (e.g. "lambda-stack-22-04");
 	// empty means Lambda's default, the latest Lambda Stack.
-	ImageFamily string
+	ImageFamily string `toml:"image_family" json:"image_family"`
 	// NoFirewall skips the per-VM firewall ruleset (for regions without
 	// rulesets); Capabilities then lists FeatureFirewall.
-	NoFirewall bool
+	NoFirewall bool `toml:"no_firewall" json:"no_firewall"`
 	// SourceNetwork is the CIDR the VM's ruleset admits; default 0.0.0.0/0.
-	SourceNetwork string
-	// PollInterval, BootTimeout, DeleteTimeout and ConsistencyWindow are
-	// reported by Capabilities; zero means 10s, 20m, 10m and 10s.
-	PollInterval      time.Duration
-	BootTimeout       time.Duration
-	DeleteTimeout     time.Duration
-	ConsistencyWindow time.Duration
+	SourceNetwork string `toml:"source_network" json:"source_network"`
+	// PollInterval is how often the core observes a booting or deleting
+	// instance; zero means 10s.
+	PollInterval time.Duration `toml:"poll_interval" json:"poll_interval"`
+	// BootTimeout bounds the wait for an instance to become active; zero
+	// means 20m.
+	BootTimeout time.Duration `toml:"boot_timeout" json:"boot_timeout"`
+	// DeleteTimeout bounds a teardown; zero means 10m.
+	DeleteTimeout time.Duration `toml:"delete_timeout" json:"delete_timeout"`
+	// ConsistencyWindow is how long a launched instance may be missing
+	// from the instance list; zero means 10s.
+	ConsistencyWindow time.Duration `toml:"consistency_window" json:"consistency_window"`
 	// RequestTimeout bounds each API call; zero means 30s.
-	RequestTimeout time.Duration
-	// RequestsPerSecond and Burst size the core's token bucket for the
-	// account; zero means Lambda's documented 1 request/s, burst 1.
-	RequestsPerSecond float64
-	Burst             int
+	RequestTimeout time.Duration `toml:"request_timeout" json:"request_timeout"`
+	// RequestsPerSecond sizes the core's token bucket for the account;
+	// zero means Lambda's documented 1 request/s (with a burst of 1).
+	// Negative is an error.
+	RequestsPerSecond float64 `toml:"requests_per_second" json:"requests_per_second"`
+	// Burst is that bucket's size; zero means RequestsPerSecond rounded
+	// down, at least 1. Negative is an error.
+	Burst int `toml:"burst" json:"burst"`
 	// LaunchInterval is the least time between two launch requests; zero
 	// means Lambda's documented 12s (5 launches a minute).
-	LaunchInterval time.Duration
-}
-
-// fileConfig is Config as written in a config file.
-type fileConfig struct {
-	APIKey            string   `toml:"api_key" json:"api_key"`
-	BaseURL           string   `toml:"base_url" json:"base_url"`
-	Regions           []string `toml:"regions" json:"regions"`
-	ImageFamily       string   `toml:"image_family" json:"image_family"`
-	NoFirewall        bool     `toml:"no_firewall" json:"no_firewall"`
-	SourceNetwork     string   `toml:"source_network" json:"source_network"`
-	PollInterval      string   `toml:"poll_interval" json:"poll_interval"`
-	BootTimeout       string   `toml:"boot_timeout" json:"boot_timeout"`
-	DeleteTimeout     string   `toml:"delete_timeout" json:"delete_timeout"`
-	ConsistencyWindow string   `toml:"consistency_window" json:"consistency_window"`
-	RequestTimeout    string   `toml:"request_timeout" json:"request_timeout"`
-	RequestsPerSecond float64  `toml:"requests_per_second" json:"requests_per_second"`
-	Burst             int      `toml:"burst" json:"burst"`
-	LaunchInterval    string   `toml:"launch_interval" json:"launch_interval"`
-}
-
-func (f fileConfig) config() (Config, error) {
-	c := Config{APIKey: f.APIKey, BaseURL: f.BaseURL, Regions: f.Regions, ImageFamily: f.ImageFamily,
-		NoFirewall: f.NoFirewall, SourceNetwork: f.SourceNetwork, RequestsPerSecond: f.RequestsPerSecond, Burst: f.Burst}
-	for _, d := range []struct {
-		key string
-		in  string
-		out *time.Duration
-	}{
-		{"poll_interval", f.PollInterval, &c.PollInterval},
-		{"boot_timeout", f.BootTimeout, &c.BootTimeout},
-		{"delete_timeout", f.DeleteTimeout, &c.DeleteTimeout},
-		{"consistency_window", f.ConsistencyWindow, &c.ConsistencyWindow},
-		{"request_timeout", f.RequestTimeout, &c.RequestTimeout},
-		{"launch_interval", f.LaunchInterval, &c.LaunchInterval},
-	} {
-		if d.in == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.in)
-		if err != nil || v < 0 {
-			return c, fmt.Errorf("%s: %q is not a duration such as \"30s\"", d.key, d.in)
-		}
-		*d.out = v
-	}
-	if c.RequestsPerSecond < 0 {
-		return c, fmt.Errorf("requests_per_second: %v is negative", c.RequestsPerSecond)
-	}
-	if c.Burst < 0 {
-		return c, fmt.Errorf("burst: %d is negative", c.Burst)
-	}
-	return c, nil
-}
-
-func init() {
-	provider.Register(ID, func(s provider.Settings) (provider.CloudProvider, error) {
-		var fc fileConfig
-		if err := s.DecodeInto(&fc); err != nil {
-			return nil, fmt.Errorf("lambda: config: %w", err)
-		}
-		cfg, err := fc.config()
-		if err != nil {
-			return nil, fmt.Errorf("lambda: config: %w", err)
-		}
-		if cfg.APIKey == "" {
-			cfg.APIKey = os.Getenv(EnvAPIKey)
-		}
-		return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
-	})
+	LaunchInterval time.Duration `toml:"launch_interval" json:"launch_interval"`
 }
 
 // Provider is one Lambda Cloud account. It is safe for concurrent use.
