@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -27,105 +26,49 @@ const DefaultImage = "runpod/pytorch:1.0.2-cu1281-torch280-ubuntu2404"
 // key from when the config section has no api_key. New never reads it.
 const EnvAPIKey = "RUNPOD_API_KEY"
 
-// Config is one RunPod account.
+// Config is one RunPod account. Build it in Go and pass it as
+// provider.Settings{Config: runpod.Config{...}} (or to New), or write it as
+// the TOML table or JSON object whose keys are the field tags; durations are
+// then strings such as "5s".
 type Config struct {
-	// APIKey is the account's API key, sent as a bearer token. Required;
-	// never logged. It needs read/write on pods.
-	APIKey string
-	// BaseURL overrides DefaultBaseURL.
-	BaseURL string
+	// APIKey is the account's API key, sent as a bearer token; it needs
+	// read/write on pods. Required. It may be set here, but is better left
+	// empty and given through the RUNPOD_API_KEY environment variable
+	// (EnvAPIKey), which the registry factory reads when it is empty, so
+	// that it stays out of config files and code. Never logged.
+	APIKey string `toml:"api_key" json:"api_key"`
+	// BaseURL overrides DefaultBaseURL (the v2 root, ".../v2").
+	BaseURL string `toml:"base_url" json:"base_url"`
 	// Clouds are the cloud tiers to plan on: "SECURE", "COMMUNITY"; empty
-	// means both.
-	Clouds []string
-	// Regions limit Plan to these data centers (US-TX-3, EU-RO-1, ...).
-	Regions []string
+	// means both. Any other value is an error.
+	Clouds []string `toml:"clouds" json:"clouds"`
+	// Regions limit Plan to these data centers (US-TX-3, EU-RO-1, ...);
+	// empty means every data center.
+	Regions []string `toml:"regions" json:"regions"`
 	// Image overrides DefaultImage; it must start sshd from PUBLIC_KEY.
-	Image string
-	// DiskGB is the container disk; zero means 50.
-	DiskGB int
-	// PollInterval, BootTimeout, DeleteTimeout and ConsistencyWindow are
-	// reported by Capabilities; zero means 5s, 15m, 5m and 10s.
-	PollInterval      time.Duration
-	BootTimeout       time.Duration
-	DeleteTimeout     time.Duration
-	ConsistencyWindow time.Duration
+	Image string `toml:"image" json:"image"`
+	// DiskGB is the container disk in GB; zero means 50. Negative is an
+	// error.
+	DiskGB int `toml:"disk_gb" json:"disk_gb"`
+	// PollInterval is how often the core observes a booting or deleting
+	// pod; zero means 5s.
+	PollInterval time.Duration `toml:"poll_interval" json:"poll_interval"`
+	// BootTimeout bounds the wait for a pod to run; zero means 15m.
+	BootTimeout time.Duration `toml:"boot_timeout" json:"boot_timeout"`
+	// DeleteTimeout bounds a teardown; zero means 5m.
+	DeleteTimeout time.Duration `toml:"delete_timeout" json:"delete_timeout"`
+	// ConsistencyWindow is how long a created pod may be missing from
+	// listings; zero means 10s.
+	ConsistencyWindow time.Duration `toml:"consistency_window" json:"consistency_window"`
 	// RequestTimeout bounds each API call; zero means 30s.
-	RequestTimeout time.Duration
-	// RequestsPerSecond and Burst size the core's token bucket; zero means
-	// 0.8 request/s with a burst of 10 (the v2 API's published policy is
-	// 60 a minute, 3,000 an hour).
-	RequestsPerSecond float64
-	Burst             int
-}
-
-type fileConfig struct {
-	APIKey            string   `toml:"api_key" json:"api_key"`
-	BaseURL           string   `toml:"base_url" json:"base_url"`
-	Clouds            []string `toml:"clouds" json:"clouds"`
-	Regions           []string `toml:"regions" json:"regions"`
-	Image             string   `toml:"image" json:"image"`
-	DiskGB            int      `toml:"disk_gb" json:"disk_gb"`
-	PollInterval      string   `toml:"poll_interval" json:"poll_interval"`
-	BootTimeout       string   `toml:"boot_timeout" json:"boot_timeout"`
-	DeleteTimeout     string   `toml:"delete_timeout" json:"delete_timeout"`
-	ConsistencyWindow string   `toml:"consistency_window" json:"consistency_window"`
-	RequestTimeout    string   `toml:"request_timeout" json:"request_timeout"`
-	RequestsPerSecond float64  `toml:"requests_per_second" json:"requests_per_second"`
-	Burst             int      `toml:"burst" json:"burst"`
-}
-
-func (f fileConfig) config() (Config, error) {
-	c := Config{APIKey: f.APIKey, BaseURL: f.BaseURL, Clouds: f.Clouds, Regions: f.Regions, Image: f.Image,
-		DiskGB: f.DiskGB, RequestsPerSecond: f.RequestsPerSecond, Burst: f.Burst}
-	for _, d := range []struct {
-		key string
-		in  string
-		out *time.Duration
-	}{
-		{"poll_interval", f.PollInterval, &c.PollInterval},
-		{"boot_timeout", f.BootTimeout, &c.BootTimeout},
-		{"delete_timeout", f.DeleteTimeout, &c.DeleteTimeout},
-		{"consistency_window", f.ConsistencyWindow, &c.ConsistencyWindow},
-		{"request_timeout", f.RequestTimeout, &c.RequestTimeout},
-	} {
-		if d.in == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.in)
-		if err != nil || v < 0 {
-			return c, fmt.Errorf("%s: %q is not a duration such as \"30s\"", d.key, d.in)
-		}
-		*d.out = v
-	}
-	for _, cl := range c.Clouds {
-		if cl != "SECURE" && cl != "COMMUNITY" {
-			return c, fmt.Errorf("clouds: %q: want \"SECURE\" or \"COMMUNITY\"", cl)
-		}
-	}
-	if c.DiskGB < 0 {
-		return c, fmt.Errorf("disk_gb: %d is negative", c.DiskGB)
-	}
-	if c.RequestsPerSecond < 0 || c.Burst < 0 {
-		return c, fmt.Errorf("requests_per_second/burst: negative")
-	}
-	return c, nil
-}
-
-func init() {
-	provider.Register(ID, func(s provider.Settings) (provider.CloudProvider, error) {
-		var fc fileConfig
-		if err := s.DecodeInto(&fc); err != nil {
-			return nil, fmt.Errorf("runpod: config: %w", err)
-		}
-		cfg, err := fc.config()
-		if err != nil {
-			return nil, fmt.Errorf("runpod: config: %w", err)
-		}
-		if cfg.APIKey == "" {
-			cfg.APIKey = os.Getenv(EnvAPIKey)
-		}
-		return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
-	})
+	RequestTimeout time.Duration `toml:"request_timeout" json:"request_timeout"`
+	// RequestsPerSecond sizes the core's token bucket; zero means 0.8
+	// request/s with a burst of 10 (the v2 API's published policy is 60 a
+	// minute, 3,000 an hour). Negative is an error.
+	RequestsPerSecond float64 `toml:"requests_per_second" json:"requests_per_second"`
+	// Burst is that bucket's size; zero means RequestsPerSecond rounded
+	// down, at least 1. Negative is an error.
+	Burst int `toml:"burst" json:"burst"`
 }
 
 // Provider is one RunPod account. It is safe for concurrent use.

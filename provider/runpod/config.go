@@ -1,0 +1,44 @@
+package runpod
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/org/gpuprov/provider"
+)
+
+func init() {
+	provider.Register(ID, factory)
+}
+
+// factory builds the provider from its Config: s.Config, or the section
+// s.Decode reads. An empty APIKey is read from EnvAPIKey.
+func factory(s provider.Settings) (provider.CloudProvider, error) {
+	var cfg Config
+	if err := s.DecodeInto(&cfg); err != nil {
+		return nil, fmt.Errorf("runpod: config: %w", err)
+	}
+	if err := check(cfg); err != nil {
+		return nil, fmt.Errorf("runpod: config: %w", err)
+	}
+	if cfg.APIKey == "" {
+		cfg.APIKey = os.Getenv(EnvAPIKey)
+	}
+	return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
+}
+
+// check names the first key whose value New would take but RunPod cannot.
+func check(c Config) error {
+	for _, cl := range c.Clouds {
+		if cl != "SECURE" && cl != "COMMUNITY" {
+			return fmt.Errorf("clouds: %q: want \"SECURE\" or \"COMMUNITY\"", cl)
+		}
+	}
+	if c.DiskGB < 0 {
+		return fmt.Errorf("disk_gb: %d is negative", c.DiskGB)
+	}
+	if c.RequestsPerSecond < 0 || c.Burst < 0 {
+		return fmt.Errorf("requests_per_second/burst: negative")
+	}
+	return nil
+}
