@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -26,110 +25,55 @@ const DefaultBaseURL = "https://api.primeintellect.ai/api/v1"
 // key from when the config section has no api_key. New never reads it.
 const EnvAPIKey = "PRIME_API_KEY"
 
-// Config is one Prime Intellect account (or team).
+// Config is one Prime Intellect account (or team). Build it in Go and pass
+// it as provider.Settings{Config: primeintellect.Config{...}} (or to New),
+// or write it as the TOML table or JSON object whose keys are the field
+// tags; durations are then strings such as "10s".
 type Config struct {
-	// APIKey is the account's API key, sent as a bearer token. Required;
-	// never logged. It needs the Instances read/write and SSH keys scopes.
-	APIKey string
+	// APIKey is the account's API key, sent as a bearer token; it needs the
+	// Instances read/write and SSH keys scopes. Required. It may be set
+	// here, but is better left empty and given through the PRIME_API_KEY
+	// environment variable (EnvAPIKey), which the registry factory reads
+	// when it is empty, so that it stays out of config files and code.
+	// Never logged.
+	APIKey string `toml:"api_key" json:"api_key"`
 	// BaseURL overrides DefaultBaseURL.
-	BaseURL string
-	// TeamID creates pods for a team instead of the key's user.
-	TeamID string
+	BaseURL string `toml:"base_url" json:"base_url"`
+	// TeamID creates pods for a team instead of the key's user; empty
+	// means the user.
+	TeamID string `toml:"team_id" json:"team_id"`
 	// Regions limit Plan and List to these Prime regions (united_states,
 	// eu_west, ...); empty means every region.
-	Regions []string
+	Regions []string `toml:"regions" json:"regions"`
 	// Security limits offers to "secure_cloud" or "community_cloud"; empty
-	// means both.
-	Security string
-	// Image is the environment image (default "ubuntu_22_cuda_12"), one of
-	// Images: Prime pods take a named environment, not a container image
-	// reference. An offer whose images do not include it is skipped.
-	Image string
-	// DiskGB is the disk to ask for; zero means the offer's default.
-	DiskGB int
-	// PollInterval, BootTimeout, DeleteTimeout and ConsistencyWindow are
-	// reported by Capabilities; zero means 10s, 30m, 10m and 15s.
-	PollInterval      time.Duration
-	BootTimeout       time.Duration
-	DeleteTimeout     time.Duration
-	ConsistencyWindow time.Duration
+	// means both. Any other value is an error.
+	Security string `toml:"security" json:"security"`
+	// Image is the environment image, one of Images; empty means
+	// DefaultImage. Prime pods take a named environment, not a container
+	// image reference. An offer whose images do not include it is skipped.
+	Image string `toml:"image" json:"image"`
+	// DiskGB is the disk to ask for, in GB; zero means the offer's
+	// default. Negative is an error.
+	DiskGB int `toml:"disk_gb" json:"disk_gb"`
+	// PollInterval is how often the core observes a booting or deleting
+	// pod; zero means 10s.
+	PollInterval time.Duration `toml:"poll_interval" json:"poll_interval"`
+	// BootTimeout bounds the wait for a pod to run; zero means 30m.
+	BootTimeout time.Duration `toml:"boot_timeout" json:"boot_timeout"`
+	// DeleteTimeout bounds a teardown; zero means 10m.
+	DeleteTimeout time.Duration `toml:"delete_timeout" json:"delete_timeout"`
+	// ConsistencyWindow is how long a created pod may be missing from
+	// listings; zero means 15s.
+	ConsistencyWindow time.Duration `toml:"consistency_window" json:"consistency_window"`
 	// RequestTimeout bounds each API call; zero means 30s.
-	RequestTimeout time.Duration
-	// RequestsPerSecond and Burst size the core's token bucket; zero means
-	// 1 request/s with a burst of 3 (Prime publishes no limit).
-	RequestsPerSecond float64
-	Burst             int
-}
-
-type fileConfig struct {
-	APIKey            string   `toml:"api_key" json:"api_key"`
-	BaseURL           string   `toml:"base_url" json:"base_url"`
-	TeamID            string   `toml:"team_id" json:"team_id"`
-	Regions           []string `toml:"regions" json:"regions"`
-	Security          string   `toml:"security" json:"security"`
-	Image             string   `toml:"image" json:"image"`
-	DiskGB            int      `toml:"disk_gb" json:"disk_gb"`
-	PollInterval      string   `toml:"poll_interval" json:"poll_interval"`
-	BootTimeout       string   `toml:"boot_timeout" json:"boot_timeout"`
-	DeleteTimeout     string   `toml:"delete_timeout" json:"delete_timeout"`
-	ConsistencyWindow string   `toml:"consistency_window" json:"consistency_window"`
-	RequestTimeout    string   `toml:"request_timeout" json:"request_timeout"`
-	RequestsPerSecond float64  `toml:"requests_per_second" json:"requests_per_second"`
-	Burst             int      `toml:"burst" json:"burst"`
-}
-
-func (f fileConfig) config() (Config, error) {
-	c := Config{APIKey: f.APIKey, BaseURL: f.BaseURL, TeamID: f.TeamID, Regions: f.Regions, Security: f.Security,
-		Image: f.Image, DiskGB: f.DiskGB, RequestsPerSecond: f.RequestsPerSecond, Burst: f.Burst}
-	for _, d := range []struct {
-		key string
-		in  string
-		out *time.Duration
-	}{
-		{"poll_interval", f.PollInterval, &c.PollInterval},
-		{"boot_timeout", f.BootTimeout, &c.BootTimeout},
-		{"delete_timeout", f.DeleteTimeout, &c.DeleteTimeout},
-		{"consistency_window", f.ConsistencyWindow, &c.ConsistencyWindow},
-		{"request_timeout", f.RequestTimeout, &c.RequestTimeout},
-	} {
-		if d.in == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.in)
-		if err != nil || v < 0 {
-			return c, fmt.Errorf("%s: %q is not a duration such as \"30s\"", d.key, d.in)
-		}
-		*d.out = v
-	}
-	switch c.Security {
-	case "", "secure_cloud", "community_cloud":
-	default:
-		return c, fmt.Errorf("security: %q: want \"secure_cloud\" or \"community_cloud\" (empty: both)", c.Security)
-	}
-	if c.DiskGB < 0 {
-		return c, fmt.Errorf("disk_gb: %d is negative", c.DiskGB)
-	}
-	if c.RequestsPerSecond < 0 || c.Burst < 0 {
-		return c, fmt.Errorf("requests_per_second/burst: negative")
-	}
-	return c, nil
-}
-
-func init() {
-	provider.Register(ID, func(s provider.Settings) (provider.CloudProvider, error) {
-		var fc fileConfig
-		if err := s.DecodeInto(&fc); err != nil {
-			return nil, fmt.Errorf("primeintellect: config: %w", err)
-		}
-		cfg, err := fc.config()
-		if err != nil {
-			return nil, fmt.Errorf("primeintellect: config: %w", err)
-		}
-		if cfg.APIKey == "" {
-			cfg.APIKey = os.Getenv(EnvAPIKey)
-		}
-		return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
-	})
+	RequestTimeout time.Duration `toml:"request_timeout" json:"request_timeout"`
+	// RequestsPerSecond sizes the core's token bucket; zero means 1
+	// request/s with a burst of 3 (Prime publishes no limit). Negative is
+	// an error.
+	RequestsPerSecond float64 `toml:"requests_per_second" json:"requests_per_second"`
+	// Burst is that bucket's size; zero means RequestsPerSecond rounded
+	// down, at least 1. Negative is an error.
+	Burst int `toml:"burst" json:"burst"`
 }
 
 // Provider is one Prime Intellect account. It is safe for concurrent use.
