@@ -27,96 +27,63 @@ const ID = "gcp"
 // and CUDA preinstalled).
 const DefaultImage = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
 
-// Config is one GCP project.
+// Config is one GCP project. Build it in Go and pass it as
+// provider.Settings{Config: gcp.Config{...}} (or to New), or write it as the
+// TOML table or JSON object whose keys are the field tags; durations are
+// then strings such as "5s".
 type Config struct {
 	// Project is the project id (required).
-	Project string
-	// Regions and Zones limit Plan and List; empty means every region and
-	// zone of the catalog. A zone implies its region.
-	Regions []string
-	Zones   []string
-	// CredentialsFile is a service-account, authorized-user or external-account
-	// JSON file; empty means Application Default Credentials.
-	CredentialsFile string
-	// Network and Subnetwork attach the VM's interface; Network defaults to
-	// "default". Either may be a name or a resource path.
-	Network    string
-	Subnetwork string
+	Project string `toml:"project" json:"project"`
+	// Regions limit Plan and List to these regions (us-central1, ...);
+	// empty means every region of the catalog.
+	Regions []string `toml:"regions" json:"regions"`
+	// Zones limit Plan and List to these zones (us-central1-a, ...); a zone
+	// implies its region. Empty means every zone of the regions.
+	Zones []string `toml:"zones" json:"zones"`
+	// CredentialsFile is a service-account, authorized-user or
+	// external-account JSON file; empty means Application Default
+	// Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud's login, the
+	// metadata server), which keeps key material out of gpuprov's config.
+	// The file's secrets never reach logs or error texts.
+	CredentialsFile string `toml:"credentials_file" json:"credentials_file"`
+	// Network is the VPC network of the VM's interface, a name or a
+	// resource path; empty means "default".
+	Network string `toml:"network" json:"network"`
+	// Subnetwork is the subnetwork of that interface, a name (in the
+	// offer's region) or a resource path; empty names none, which an
+	// auto-mode network resolves to its subnetwork in the region.
+	Subnetwork string `toml:"subnetwork" json:"subnetwork"`
 	// Spot lets Plan offer Spot VMs (at their Spot price) to requests that
 	// accept spot capacity.
-	Spot bool
+	Spot bool `toml:"spot" json:"spot"`
 	// Image overrides DefaultImage: an image family path
 	// (projects/P/global/images/family/F) or an image path.
-	Image string
-	// DiskSizeGB is the boot disk size; zero means 200.
-	DiskSizeGB int
+	Image string `toml:"image" json:"image"`
+	// DiskSizeGB is the boot disk size in GB (at least 10); zero means 200.
+	DiskSizeGB int `toml:"disk_size_gb" json:"disk_size_gb"`
 	// Refine makes Plan ask the API which zones offer each accelerator
 	// (acceleratorTypes.aggregatedList), falling back to the catalog on error.
-	Refine bool
-	// PollInterval, BootTimeout, DeleteTimeout, ConsistencyWindow are
-	// reported by Capabilities; zero means 5s, 15m, 5m, 15s.
-	PollInterval      time.Duration
-	BootTimeout       time.Duration
-	DeleteTimeout     time.Duration
-	ConsistencyWindow time.Duration
+	Refine bool `toml:"refine" json:"refine"`
+	// PollInterval is how often the core observes a booting or deleting
+	// instance; zero means 5s.
+	PollInterval time.Duration `toml:"poll_interval" json:"poll_interval"`
+	// BootTimeout bounds the wait for an instance to run; zero means 15m.
+	BootTimeout time.Duration `toml:"boot_timeout" json:"boot_timeout"`
+	// DeleteTimeout bounds a teardown; zero means 5m.
+	DeleteTimeout time.Duration `toml:"delete_timeout" json:"delete_timeout"`
+	// ConsistencyWindow is how long a created instance may be missing from
+	// listings; zero means 15s.
+	ConsistencyWindow time.Duration `toml:"consistency_window" json:"consistency_window"`
 	// OperationTimeout bounds the wait on an insert or firewall operation;
-	// zero means 2m. RequestTimeout bounds each API call; zero means 60s.
-	OperationTimeout time.Duration
-	RequestTimeout   time.Duration
-	// RequestsPerSecond and Burst size the core's token bucket; zero means
-	// 10 and 20.
-	RequestsPerSecond float64
-	Burst             int
-}
-
-// fileConfig is Config as written in the [gcp] section of a config file.
-type fileConfig struct {
-	Project           string   `toml:"project" json:"project"`
-	Regions           []string `toml:"regions" json:"regions"`
-	Zones             []string `toml:"zones" json:"zones"`
-	CredentialsFile   string   `toml:"credentials_file" json:"credentials_file"`
-	Network           string   `toml:"network" json:"network"`
-	Subnetwork        string   `toml:"subnetwork" json:"subnetwork"`
-	Spot              bool     `toml:"spot" json:"spot"`
-	Image             string   `toml:"image" json:"image"`
-	DiskSizeGB        int      `toml:"disk_size_gb" json:"disk_size_gb"`
-	Refine            bool     `toml:"refine" json:"refine"`
-	PollInterval      string   `toml:"poll_interval" json:"poll_interval"`
-	BootTimeout       string   `toml:"boot_timeout" json:"boot_timeout"`
-	DeleteTimeout     string   `toml:"delete_timeout" json:"delete_timeout"`
-	ConsistencyWindow string   `toml:"consistency_window" json:"consistency_window"`
-	OperationTimeout  string   `toml:"operation_timeout" json:"operation_timeout"`
-	RequestTimeout    string   `toml:"request_timeout" json:"request_timeout"`
-	RequestsPerSecond float64  `toml:"requests_per_second" json:"requests_per_second"`
-	Burst             int      `toml:"burst" json:"burst"`
-}
-
-func (f fileConfig) config() (Config, error) {
-	c := Config{Project: f.Project, Regions: f.Regions, Zones: f.Zones, CredentialsFile: f.CredentialsFile,
-		Network: f.Network, Subnetwork: f.Subnetwork, Spot: f.Spot, Image: f.Image, DiskSizeGB: f.DiskSizeGB,
-		Refine: f.Refine, RequestsPerSecond: f.RequestsPerSecond, Burst: f.Burst}
-	for _, d := range []struct {
-		name string
-		in   string
-		out  *time.Duration
-	}{
-		{"poll_interval", f.PollInterval, &c.PollInterval},
-		{"boot_timeout", f.BootTimeout, &c.BootTimeout},
-		{"delete_timeout", f.DeleteTimeout, &c.DeleteTimeout},
-		{"consistency_window", f.ConsistencyWindow, &c.ConsistencyWindow},
-		{"operation_timeout", f.OperationTimeout, &c.OperationTimeout},
-		{"request_timeout", f.RequestTimeout, &c.RequestTimeout},
-	} {
-		if d.in == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.in)
-		if err != nil || v < 0 {
-			return c, fmt.Errorf("%s: %q is not a duration", d.name, d.in)
-		}
-		*d.out = v
-	}
-	return c, nil
+	// zero means 2m.
+	OperationTimeout time.Duration `toml:"operation_timeout" json:"operation_timeout"`
+	// RequestTimeout bounds each API call; zero means 60s.
+	RequestTimeout time.Duration `toml:"request_timeout" json:"request_timeout"`
+	// RequestsPerSecond sizes the core's token bucket; zero means 10.
+	// Negative is an error.
+	RequestsPerSecond float64 `toml:"requests_per_second" json:"requests_per_second"`
+	// Burst is that bucket's size; zero means 20. Negative is an error.
+	Burst int `toml:"burst" json:"burst"`
 }
 
 var (
@@ -153,20 +120,6 @@ func (c *Config) validate() error {
 		return fmt.Errorf("image: %q: want projects/P/global/images/family/F or projects/P/global/images/I", c.Image)
 	}
 	return nil
-}
-
-func init() {
-	provider.Register(ID, func(s provider.Settings) (provider.CloudProvider, error) {
-		var fc fileConfig
-		if err := s.DecodeInto(&fc); err != nil {
-			return nil, fmt.Errorf("gcp: config: %w", err)
-		}
-		cfg, err := fc.config()
-		if err != nil {
-			return nil, fmt.Errorf("gcp: config: %w", err)
-		}
-		return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
-	})
 }
 
 // Provider is one GCP project. It is safe for concurrent use. Close it to
