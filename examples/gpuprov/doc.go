@@ -1,6 +1,8 @@
 // Command gpuprov provisions GPU VMs and k3s clusters across clouds with the
-// gpuprov library. It is a consumer of the library's public API: everything
-// it does, a program importing github.com/org/gpuprov can do too.
+// gpuprov library. It imports public packages only (the library, its
+// adapters and journal backends, and for demo and sim serve the simulated
+// cloud's server, github.com/org/gpuprov/provider/sim/simserver): everything
+// it does, a program in another module can do too.
 //
 // Try it with no account:
 //
@@ -18,10 +20,11 @@
 //	recover              finish what a crashed or interrupted command left
 //	sweep [--delete]     find (and delete) instances no journaled VM owns
 //	ssh VM [-- CMD]      run a command, or log in, with the pinned host key
-//	sim serve            serve the simulated clouds on loopback
+//	sim serve            serve the simulated clouds on loopback (-o json: one JSON object)
 //	version, completion  the version; shell completion scripts
 //
-// Read commands (list, show, offers, health) take -o json.
+// Read commands (list, show, offers, health) take -o json; so does sim serve,
+// which then prints its endpoint, admin token and accounts as one JSON object.
 //
 // Files: the config is $XDG_CONFIG_HOME/gpuprov/config.toml (--config), TOML
 // with one table per provider account; the journal defaults to

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -25,15 +26,17 @@ func newSimCmd(e *env) *cobra.Command {
 		Use:   "sim",
 		Short: "The simulated GPU cloud (no account, no network)",
 	}
-	var addr, state, config string
+	var addr, state, config, output string
 	var faults []string
 	serve := &cobra.Command{
-		Use:   "serve [--addr 127.0.0.1:PORT] [--state FILE] [--config sim.toml|sim.json]",
+		Use:   "serve [--addr 127.0.0.1:PORT] [--state FILE] [--config sim.toml|sim.json] [-o json]",
 		Short: "Serve simulated clouds (sim-a, sim-b) on loopback until Ctrl-C",
 		Long: `Serve the simulated clouds on a loopback address until SIGINT or SIGTERM, and
 print (on stdout) the endpoint, each cloud's API key and a config.toml snippet
-to paste into the CLI's config. Every running instance is a real SSH server on
-loopback. The state (instances, keys) is kept in --state and survives a
+to paste into the CLI's config. With -o json it prints instead, once the server
+is ready, one JSON object on one line (endpoint, admin_token, state, accounts:
+[{name, api_key, url}]) and nothing else on stdout, for scripts and tests.
+Every running instance is a real SSH server on loopback. The state (instances, keys) is kept in --state and survives a
 restart; instances that were running come back (on new SSH ports).
 
 Faults are injected per cloud with --fault (repeatable), with the
@@ -48,12 +51,16 @@ Faults are injected per cloud with --fault (repeatable), with the
 See docs/cli.md for the file format and the list of faults.`,
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
 			if state == "" {
 				state = filepath.Join(e.stateDir, "sim", "state.json")
 			}
-			return simServe(cmd.Context(), e.stdout, addr, state, config, faults, cmd.Flags().Changed("addr"))
+			return simServe(cmd.Context(), e, output == "json", addr, state, config, faults, cmd.Flags().Changed("addr"))
 		}),
 	}
+	addOutputFlag(serve, &output)
 	serve.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "listen address (loopback only; port 0 picks a free one)")
 	serve.Flags().StringVar(&state, "state", "", "state file (default $XDG_STATE_HOME/gpuprov/sim/state.json)")
 	serve.Flags().StringVar(&config, "config", "", "simulator options file (TOML, or JSON with a .json name): clouds, catalogs, timing, faults")
@@ -77,7 +84,7 @@ func checkLoopback(addr string) error {
 	return usageErrorf("--addr %q: only loopback addresses (127.0.0.1, ::1, localhost) are served", addr)
 }
 
-func simServe(ctx context.Context, out io.Writer, addr, state, config string, faults []string, addrSet bool) error {
+func simServe(ctx context.Context, e *env, asJSON bool, addr, state, config string, faults []string, addrSet bool) error {
 	opts := simserver.DefaultOptions()
 	if config != "" {
 		o, err := simserver.LoadOptions(config)
@@ -109,13 +116,38 @@ func simServe(ctx context.Context, out io.Writer, addr, state, config string, fa
 		return err
 	}
 	defer srv.Close()
-	printSimConfig(out, srv, opts.StateFile)
-
+	// Listen for signals before saying the server is ready, so that a
+	// script that reads the announcement and then stops the server never
+	// kills it with the default SIGTERM action (which would skip Close).
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	bye := e.stdout
+	if asJSON {
+		if err := json.NewEncoder(e.stdout).Encode(simServeInfo{Endpoint: srv.URL(), AdminToken: srv.AdminToken(),
+			State: opts.StateFile, Accounts: srv.Accounts()}); err != nil {
+			return err
+		}
+		bye = e.stderr // stdout holds the one JSON object
+	} else {
+		printSimConfig(e.stdout, srv, opts.StateFile)
+	}
+
 	<-ctx.Done()
-	fmt.Fprintf(out, "# stopping; state kept in %s\n", opts.StateFile)
+	fmt.Fprintf(bye, "# stopping; state kept in %s\n", opts.StateFile)
 	return nil
+}
+
+// simServeInfo is what `sim serve -o json` prints once the server is ready.
+type simServeInfo struct {
+	// Endpoint is the server's base URL: provider/sim's endpoint.
+	Endpoint string `json:"endpoint"`
+	// AdminToken is the bearer token of the /admin API.
+	AdminToken string `json:"admin_token"`
+	// State is the state file.
+	State string `json:"state"`
+	// Accounts are the clouds served: name, api_key and url (the cloud's
+	// API base).
+	Accounts []simserver.Account `json:"accounts"`
 }
 
 // attachK3s wires the k3s emulation into every sandbox, so that
