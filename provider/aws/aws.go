@@ -32,44 +32,60 @@ const DefaultImageParameter = "/aws/service/deeplearning/ami/x86_64/base-oss-nvi
 
 // Config is one AWS account as the adapter sees it. The zero value plans
 // from the embedded catalog in every region it lists, on demand only.
+// Build it in Go and pass it as provider.Settings{Config: aws.Config{...}}
+// (or to New), or write it as the TOML table or JSON object whose keys are
+// the field tags; durations are then strings such as "20m". Credentials are
+// not part of it: the SDK's default chain finds them (environment, shared
+// credentials file, SSO, instance role), starting at Profile.
 type Config struct {
 	// Profile is the shared-config profile the SDK's default credential
-	// chain starts from; empty means the chain's own default.
-	Profile string
-	// Regions limit Plan and List; empty means every region of the catalog.
-	Regions []string
+	// chain starts from; empty means the chain's own default (AWS_PROFILE,
+	// else "default").
+	Profile string `toml:"profile" json:"profile"`
+	// Regions limit Plan and List to these regions (us-east-1, ...); empty
+	// means every region of the catalog.
+	Regions []string `toml:"regions" json:"regions"`
 	// Spot makes Plan offer spot capacity too (for requests that accept it).
-	Spot bool
-	// Image is an AMI id used in every region instead of the SSM lookup
-	// (a request's own Image wins over it).
-	Image string
+	Spot bool `toml:"spot" json:"spot"`
+	// Image is an AMI id (ami-...) used in every region instead of the SSM
+	// lookup (a request's own Image wins over it).
+	Image string `toml:"image" json:"image"`
 	// ImageParameter is the public SSM parameter resolved per region when
 	// no image is given; empty means DefaultImageParameter.
-	ImageParameter string
-	// Subnet pins every instance to this subnet id (and so to its zone and
-	// region); VPC picks a VPC other than the region's default one.
-	Subnet string
-	VPC    string
+	ImageParameter string `toml:"image_parameter" json:"image_parameter"`
+	// Subnet pins every instance to this subnet id (subnet-...), and so to
+	// its zone and region; empty means the VPC's default subnets.
+	Subnet string `toml:"subnet" json:"subnet"`
+	// VPC picks a VPC id (vpc-...) other than the region's default one.
+	VPC string `toml:"vpc" json:"vpc"`
 	// Refine lets Plan ask EC2 which zones sell each type
 	// (DescribeInstanceTypeOfferings) and, for spot, the current spot price
 	// (DescribeSpotPriceHistory). A refinement that fails falls back to the
 	// catalog. Off by default: Plan then makes no API call at all.
-	Refine bool
+	Refine bool `toml:"refine" json:"refine"`
 	// SSHUser is the login user of the image; empty means "ubuntu".
-	SSHUser string
-	// BootTimeout, DeleteTimeout, PollInterval and ConsistencyWindow are
-	// reported by Capabilities; zero means 20m, 10m, 5s and 30s.
-	BootTimeout       time.Duration
-	DeleteTimeout     time.Duration
-	PollInterval      time.Duration
-	ConsistencyWindow time.Duration
+	SSHUser string `toml:"ssh_user" json:"ssh_user"`
+	// BootTimeout bounds the wait for an instance to run; zero means 20m
+	// (GPU AMIs are large).
+	BootTimeout time.Duration `toml:"boot_timeout" json:"boot_timeout"`
+	// DeleteTimeout bounds a teardown; zero means 10m.
+	DeleteTimeout time.Duration `toml:"delete_timeout" json:"delete_timeout"`
+	// PollInterval is how often the core observes a booting or deleting
+	// instance; zero means 5s.
+	PollInterval time.Duration `toml:"poll_interval" json:"poll_interval"`
+	// ConsistencyWindow is how long a launched instance may be missing
+	// from DescribeInstances; zero means 30s.
+	ConsistencyWindow time.Duration `toml:"consistency_window" json:"consistency_window"`
 	// RequestTimeout bounds each API call; zero means 30s.
-	RequestTimeout time.Duration
-	// RequestsPerSecond and Burst size the core's token bucket for this
-	// account; zero means 5 per second and a burst of 10 (see the package
-	// documentation).
-	RequestsPerSecond float64
-	Burst             int
+	RequestTimeout time.Duration `toml:"request_timeout" json:"request_timeout"`
+	// RequestsPerSecond sizes the core's token bucket for this account;
+	// zero means 5 per second (see the package documentation). Negative is
+	// an error.
+	RequestsPerSecond float64 `toml:"requests_per_second" json:"requests_per_second"`
+	// Burst is that bucket's size; zero means 10 when RequestsPerSecond is
+	// zero too, else RequestsPerSecond rounded down, at least 1. Negative
+	// is an error.
+	Burst int `toml:"burst" json:"burst"`
 }
 
 var (
