@@ -28,3 +28,7 @@ fi
 
 go vet ./...
 go test -race -count=1 -timeout 15m ./...
+# examples/scheduler is a module of its own, outside gpuprov's import path:
+# it builds only against the public API, and its tests run on the public
+# in-process sim.
+(cd examples/scheduler && go vet ./... && go test -race -count=1 -timeout 5m ./...)
