@@ -206,7 +206,9 @@ func retryAfter(err error) time.Duration {
 // is an HTTP 500 that must not read as a server error), then by HTTP status
 // (429 and 5xx Transient, 401/403 Credentials), then by transport (no
 // answer at all, or an answer that could not be read, is Transient: the
-// call may have landed). Everything else is Failed.
+// call may have landed). A success status whose body could not be read
+// (the connection closed under it) is such an answer too, not a 2xx to
+// judge by its status. Everything else is Failed.
 func kindOf(err error) (provider.ErrorKind, provider.Scope) {
 	code := ErrorCode(err)
 	if k, ok := codeKinds[code]; ok {
@@ -215,7 +217,12 @@ func kindOf(err error) (provider.ErrorKind, provider.Scope) {
 	if strings.HasPrefix(code, "Throttling") {
 		return provider.Transient, provider.ScopeDefault
 	}
-	switch st := httpStatus(err); {
+	st := httpStatus(err)
+	var unread *smithy.DeserializationError
+	if st >= 200 && st < 300 && errors.As(err, &unread) {
+		return provider.Transient, provider.ScopeDefault
+	}
+	switch {
 	case st == http.StatusTooManyRequests || st >= 500:
 		return provider.Transient, provider.ScopeDefault
 	case st == http.StatusUnauthorized || st == http.StatusForbidden:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -196,5 +197,36 @@ func TestStatusMapping(t *testing.T) {
 		if got := status(state); got != want {
 			t.Errorf("status(%q) = %s, want %s", state, got, want)
 		}
+	}
+}
+
+// EC2 answers 200 and the connection ends before the body is read (the
+// net/http transport can close it under the reader when the request's
+// write reports an error after the answer came; seen against moto as "read
+// tcp ...: use of closed network connection"). The call may have landed,
+// like a lost answer: Transient, which the core retries (Prepare and Cleanup
+// are idempotent; a retried Create observes first), never Failed, which
+// would block the offer and fail over for nothing.
+func TestClassifyAnAnswerCutShort(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: 4096\r\n\r\n" +
+			`<?xml version="1.0" encoding="UTF-8"?><DescribeInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"><reservationSet><item>`)
+		buf.Flush()
+	}))
+	defer srv.Close()
+	p, err := New(Config{Regions: []string{"us-east-1"}}, WithInstallation("inst"),
+		WithEndpoint(Endpoint{URL: srv.URL, Client: srv.Client(), AccessKeyID: "AKIDCUT", SecretAccessKey: "cut-secret"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Observe(context.Background(), provider.Location{Region: "us-east-1"}, "vm")
+	if got := provider.KindOf(err); got != provider.Transient {
+		t.Fatalf("an answer cut short: %s (%v), want transient", got, err)
 	}
 }
