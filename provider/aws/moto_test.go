@@ -1,13 +1,17 @@
 package aws_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,8 +29,10 @@ import (
 // The moto suite runs the adapter against moto's EC2 server, an emulator
 // the project did not write (Python moto 5.2.1, `moto_server`). One server
 // is started per test binary, on a free loopback port, and stopped by its
-// pid when the tests end (motoMain). Known emulator limits, handled here and
-// never in the adapter:
+// pid when the tests end (motoMain). It validates instance types and AMIs
+// (motoEnv), so RunInstances refuses what EC2 would. Every test logs a
+// "moto suite:" line naming moto's version. Known emulator limits, handled
+// here and never in the adapter:
 //   - moto does not deduplicate RunInstances' ClientToken: idempotency is
 //     asserted by the httpmock tests only;
 //   - it answers DescribeInstances' availability-zone-id filter with HTTP
@@ -38,14 +44,46 @@ import (
 //     terminated (motoProvider);
 //   - DeleteKeyPair by KeyPairId is ignored: the adapter deletes by
 //     KeyName, which EC2 accepts too;
-//   - instances run at once and terminate at once: no Settle is needed.
+//   - an instance launched with a network interface lists its security
+//     group on the interface only, not in the instance's SecurityGroups;
+//   - instances run at once and terminate at once, and are listed as soon
+//     as RunInstances answers: no Settle is needed, and the Provisioner
+//     tests poll every 20ms with a 10ms consistency window (motoTimings);
+//   - moto_server (Werkzeug) closes the connection after every answer.
 const motoInstallHint = "moto_server not found on PATH: install it with `pip install 'moto[server]==5.2.1'`"
 
 var moto struct {
-	once sync.Once
-	cmd  *exec.Cmd
-	url  string
-	err  error
+	once    sync.Once
+	cmd     *exec.Cmd
+	url     string
+	version string
+	err     error
+}
+
+// motoEnv makes moto check what real EC2 checks: RunInstances refuses an
+// instance type the region does not offer (InvalidInstanceType.NotFound)
+// and an AMI it does not hold (InvalidAMIID.NotFound).
+var motoEnv = []string{"MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION=true", "MOTO_ENABLE_AMI_VALIDATION=true"}
+
+// motoVersion returns the version of the moto package that moto_server
+// runs, asking the Python its script names (python3 when it names none,
+// as a pyenv shim does), or a note saying why it is unknown.
+func motoVersion() string {
+	py := "python3"
+	if path, err := exec.LookPath("moto_server"); err == nil {
+		if b, err := os.ReadFile(path); err == nil {
+			line, _, _ := strings.Cut(string(b), "\n")
+			if f := strings.Fields(strings.TrimPrefix(line, "#!")); strings.HasPrefix(line, "#!") && len(f) > 0 &&
+				strings.HasPrefix(filepath.Base(f[0]), "python") {
+				py = f[0]
+			}
+		}
+	}
+	out, err := exec.Command(py, "-c", "import moto; print(moto.__version__)").Output()
+	if err != nil {
+		return fmt.Sprintf("(version unknown: %s: %v)", py, err)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // motoMain stops the moto server, if a test started one, when the tests end.
@@ -80,6 +118,8 @@ func motoURL(t *testing.T) string {
 		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
 		moto.cmd = exec.Command("moto_server", "-H", "127.0.0.1", "-p", strconv.Itoa(port))
+		moto.cmd.Env = append(os.Environ(), motoEnv...)
+		moto.version = motoVersion()
 		if err := moto.cmd.Start(); err != nil {
 			moto.err = err
 			return
@@ -102,17 +142,50 @@ func motoURL(t *testing.T) string {
 	if moto.err != nil {
 		t.Fatalf("moto: %v", moto.err)
 	}
-	t.Log("running against moto_server at " + moto.url)
+	t.Logf("moto suite: running against moto %s's EC2 server at %s (%s)", moto.version, moto.url, strings.Join(motoEnv, " "))
 	return moto.url
 }
 
-// motoClient keeps no idle connection, so none outlives the tests.
-var motoClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+// motoClient keeps no idle connection, so none outlives the tests, and
+// hands net/http each request body as an in-memory reader (inMemoryBody).
+var motoClient = &http.Client{Transport: inMemoryBody{&http.Transport{DisableKeepAlives: true}}}
+
+// inMemoryBody reads a request's body into memory before the transport
+// sends it. The SDK's body (smithy-go's safe read-closer) answers io.EOF
+// as an error from WriteTo once the SDK has closed it, which the SDK does
+// as soon as the answer's headers are in; net/http reads a body once more
+// after its Content-Length bytes and, meeting that error there, closes
+// the connection under the answer's body ("read tcp ...: use of closed
+// network connection", about once in a few hundred calls under -race).
+// An in-memory body is written with the headers and read past its end
+// with no error. The adapter classifies such a cut-short answer Transient
+// (TestClassifyAnAnswerCutShort), so the core retries it; the harness calls
+// the primitives without the core and must not meet it.
+type inMemoryBody struct{ next http.RoundTripper }
+
+func (t inMemoryBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return t.next.RoundTrip(r)
+	}
+	b, err := io.ReadAll(r.Body)
+	r.Body.Close() // a RoundTripper closes the body it was given
+	if err != nil {
+		return nil, err
+	}
+	c := r.Clone(r.Context())
+	c.Body = io.NopCloser(bytes.NewReader(b))
+	c.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	c.ContentLength = int64(len(b))
+	return t.next.RoundTrip(c)
+}
 
 const (
 	motoKeyID  = "AKIDMOTOTESTING"
 	motoSecret = "moto-secret-testing"
-	motoAMI    = "ami-0123456789abcdef0"
+	// motoAMI is an image moto holds in every region (Ubuntu 14.04 of its
+	// default set, moto/ec2/resources/amis.json), so that RunInstances
+	// passes moto's AMI validation.
+	motoAMI = "ami-1e749f67"
 )
 
 // newMotoProvider returns a provider of installation inst on moto.
