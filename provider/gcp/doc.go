@@ -4,9 +4,11 @@
 //
 //	import _ "github.com/org/gpuprov/provider/gcp"
 //
-//	p, err := provider.Build("gcp", provider.Settings{Installation: inst, Decode: ...})
+//	p, err := provider.Build("gcp", provider.Settings{Installation: inst,
+//		Config: gcp.Config{Project: "my-project", Regions: []string{"us-central1"}}})
 //
-// with a config section such as
+// or, with Decode: provider.DecodeTOML(body), from the body of a config
+// section such as
 //
 //	[gcp]
 //	project          = "my-project"          # required
