@@ -123,7 +123,7 @@ func TestConfigOfTheWrongTypeIsRefused(t *testing.T) {
 		s    provider.Settings
 		want []string
 	}{
-		{"other type", provider.Settings{Config: otherConfig{Project: "p"}}, []string{"provider_test.otherConfig", "want a provider_test.testConfig"}},
+		{"other type", provider.Settings{Config: otherConfig{Project: "p"}}, []string{"provider_test.otherConfig", "has type provider_test.otherConfig, want provider_test.testConfig"}},
 		{"pointer to other type", provider.Settings{Config: &otherConfig{}}, []string{"*provider_test.otherConfig", "provider_test.testConfig"}},
 		{"nil pointer", provider.Settings{Config: nilConfig}, []string{"nil *provider_test.testConfig"}},
 		{"both", provider.Settings{Config: want, Decode: provider.DecodeJSON(nil)}, []string{"both Config and Decode"}},

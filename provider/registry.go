@@ -70,7 +70,7 @@ func (s Settings) DecodeInto(into any) error {
 		}
 		rv.Elem().Set(cv.Elem())
 	default:
-		return fmt.Errorf("Settings.Config is a %s, want a %s (or *%s)", cv.Type(), want, want)
+		return fmt.Errorf("Settings.Config has type %s, want %s (or *%s)", cv.Type(), want, want)
 	}
 	return nil
 }
