@@ -10,7 +10,8 @@
 // whatever the cloud holds.
 //
 //	j, _ := journal.Open(ctx, "sqlite:/var/lib/gpuprov/journal.db")
-//	p, _ := gpuprov.New(j, gpuprov.WithRegistryProvider("aws", provider.Settings{}))
+//	p, _ := gpuprov.New(j, gpuprov.WithSSHKey(signer),
+//		gpuprov.WithRegistryProvider("aws", provider.Settings{Config: aws.Config{Regions: []string{"us-east-1"}}}))
 //	vm, err := p.Launch(ctx, gpuprov.Request{Name: "train-1", GPU: "H100", MaxPricePerHour: 3})
 //
 // Clouds are packages under provider/ that register themselves at init, and
