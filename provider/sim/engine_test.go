@@ -245,25 +245,56 @@ func TestEnginePreemptionShowsInHealth(t *testing.T) {
 	}
 }
 
-// The account's rate limit (a token bucket in the sim) is respected: the
-// core paces primitives and the adapter paces the requests they make, on
-// the same clock as the server, so several launches at once get no 429.
+// The engine paces its calls to the account's limit: launched through a
+// server that answers 429 above 10 requests per second (burst 5), six VMs
+// get no 429, where the same launches unpaced draw several.
+//
+// This test runs on the real clock. On the auto-advancing fake clock the
+// client's bucket and the server's see different instants: virtual time
+// jumps to the next sleeper while a released request is still on its way,
+// so two requests spaced by the client arrive at one virtual instant and
+// the second draws a 429 about once in ten runs. On loopback a request
+// arrives within microseconds, and the client's burst (4) is one below the
+// server's, which absorbs up to 100 ms of arrival jitter.
 func TestEngineRespectsTheRateLimit(t *testing.T) {
-	e := newEngineEnv(t, simserver.Faults{RateLimit: 10, RateBurst: 5}, sim.Config{RequestsPerSecond: 10, Burst: 5})
-	var reqs []gpuprov.Request
-	for i := range 6 {
-		reqs = append(reqs, engineReq(fmt.Sprintf("vm-%d", i)))
-	}
-	for _, r := range e.p.LaunchMany(context.Background(), reqs) {
-		if r.Err != nil {
-			t.Fatal(r.Err)
+	launch := func(t *testing.T, rps float64) simserver.Stats {
+		srv := simserver.NewServer(t, simserver.WithoutSSH(), simserver.WithTiming(simserver.Timing{}),
+			simserver.WithFaults(cloudName, simserver.Faults{RateLimit: 10, RateBurst: 5}))
+		db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
+		if err != nil {
+			t.Fatal(err)
 		}
+		defer db.Close()
+		p, err := sim.New(sim.Config{Endpoint: srv.URL(), Cloud: cloudName, APIKey: srv.APIKey(cloudName),
+			RequestsPerSecond: rps, Burst: 4, PollInterval: 100 * time.Millisecond, ConsistencyWindow: time.Second},
+			sim.WithName(cloudName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		prov, err := gpuprov.New(db, gpuprov.WithProvider(p), gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prov.Close()
+		var reqs []gpuprov.Request
+		for i := range 6 {
+			reqs = append(reqs, engineReq(fmt.Sprintf("vm-%d", i)))
+		}
+		for _, r := range prov.LaunchMany(context.Background(), reqs) {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		st, err := srv.Stats(cloudName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
 	}
-	st, err := e.srv.Stats(cloudName)
-	if err != nil {
-		t.Fatal(err)
+	if st := launch(t, 0); st.RateLimited == 0 {
+		t.Fatalf("unpaced launches drew no 429 (%+v): the limit is not exercised", st)
 	}
-	if st.RateLimited != 0 {
-		t.Fatalf("%d calls answered 429 although the calls are paced to the limit", st.RateLimited)
+	if st := launch(t, 10); st.RateLimited != 0 {
+		t.Fatalf("%d calls answered 429 although the calls are paced to the limit (%+v)", st.RateLimited, st)
 	}
 }
