@@ -14,14 +14,9 @@ import (
 	"github.com/org/gpuprov/journal"
 
 	// Journal backends and cloud adapters, registered for their side effect.
-	// Every adapter under provider/ that builds is listed here; add new ones.
+	// provider/all imports every adapter gpuprov ships.
 	_ "github.com/org/gpuprov/journal/sqlite"
-	_ "github.com/org/gpuprov/provider/aws"
-	_ "github.com/org/gpuprov/provider/gcp"
-	_ "github.com/org/gpuprov/provider/lambda"
-	_ "github.com/org/gpuprov/provider/primeintellect"
-	_ "github.com/org/gpuprov/provider/runpod"
-	_ "github.com/org/gpuprov/provider/sim"
+	_ "github.com/org/gpuprov/provider/all"
 )
 
 // Exit codes.
