@@ -15,6 +15,7 @@ type State = journal.VMState
 const (
 	StatePending      = journal.StatePending
 	StateProvisioning = journal.StateProvisioning
+	StateWaiting      = journal.StateWaiting
 	StateReady        = journal.StateReady
 	StateDeleting     = journal.StateDeleting
 	StateDeleted      = journal.StateDeleted

@@ -68,16 +68,21 @@ func (e *LeasedError) Is(target error) bool { return target == ErrLeased }
 // VMState is where a VM is in its life.
 //
 //	pending → provisioning → ready → deleting → deleted
-//	                       ↘ failed (all offers exhausted or aborted, everything torn down)
+//	            ↕ waiting  ↘ failed (all offers exhausted or aborted, everything torn down)
 //
-// Pending, Provisioning and Deleting are active: a process must drive them
-// to an end, and Recover picks them up after a crash. A VM whose teardown
+// Waiting is a launch that asked to wait for capacity
+// (gpuprov.Request.WaitForCapacity) and found every offer blocked or tried:
+// nothing of it runs, and its next try is due at NextTry.
+//
+// Pending, Provisioning, Waiting and Deleting are active: a process must
+// drive them to an end, and Recover picks them up after a crash. A VM whose teardown
 // could not finish stays Deleting with its LastError, never Failed.
 type VMState string
 
 const (
 	StatePending      VMState = "pending"
 	StateProvisioning VMState = "provisioning"
+	StateWaiting      VMState = "waiting"
 	StateReady        VMState = "ready"
 	StateDeleting     VMState = "deleting"
 	StateDeleted      VMState = "deleted"
@@ -86,7 +91,7 @@ const (
 
 // Active reports whether a process must drive the VM to an end.
 func (s VMState) Active() bool {
-	return s == StatePending || s == StateProvisioning || s == StateDeleting
+	return s == StatePending || s == StateProvisioning || s == StateWaiting || s == StateDeleting
 }
 
 // Terminal reports whether the VM is over (Deleted or Failed): its name may
@@ -127,6 +132,12 @@ type VM struct {
 	UpdatedAt time.Time `json:"updated_at"`
 	ReadyAt   time.Time `json:"ready_at,omitzero"`
 	EndedAt   time.Time `json:"ended_at,omitzero"` // deleted or failed
+
+	// NextTry is when a waiting VM tries its offers again; zero otherwise.
+	NextTry time.Time `json:"next_try,omitzero"`
+	// ExpiresAt is when a ready VM is to be deleted, by its TTL or its cost
+	// cap, whichever comes first; zero: never.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 }
 
 // AttemptState is where an attempt is.
@@ -281,8 +292,8 @@ type ListOptions struct {
 	// States keeps VMs in any of these states.
 	States []VMState
 	// Live keeps only VMs that are not over (not deleted or failed):
-	// pending, provisioning, ready and deleting, the ones that may hold a
-	// machine. With States, both must hold.
+	// pending, provisioning, waiting, ready and deleting, the ones that may
+	// hold a machine or get one. With States, both must hold.
 	Live    bool
 	Cluster string
 }
@@ -294,7 +305,7 @@ func (opts ListOptions) WantedStates() []VMState {
 	if !opts.Live {
 		return opts.States
 	}
-	live := []VMState{StatePending, StateProvisioning, StateReady, StateDeleting}
+	live := []VMState{StatePending, StateProvisioning, StateWaiting, StateReady, StateDeleting}
 	if len(opts.States) == 0 {
 		return live
 	}

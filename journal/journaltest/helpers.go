@@ -45,6 +45,8 @@ func newVM(name string) journal.VM {
 		LastErrorKind: "capacity",
 		CreatedAt:     at(-time.Minute),
 		UpdatedAt:     at(-time.Second),
+		NextTry:       at(2 * time.Minute),
+		ExpiresAt:     at(8 * time.Hour),
 	}
 }
 

@@ -31,10 +31,12 @@ func testRoundTrip(t *testing.T, h *harness) {
 		}},
 		{"zero times", func(v *journal.VM, a *journal.Attempt) {
 			v.Deadline, v.CreatedAt, v.UpdatedAt, v.ReadyAt, v.EndedAt, v.LeaseExpiry = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
+			v.NextTry, v.ExpiresAt = time.Time{}, time.Time{}
 			a.CreateSent, a.StartedAt, a.EndedAt = time.Time{}, time.Time{}, time.Time{}
 		}},
 		{"times in another zone", func(v *journal.VM, a *journal.Attempt) {
 			v.Deadline, v.ReadyAt, v.LeaseExpiry = at(time.Nanosecond).In(zone), at(time.Hour+1).In(zone), at(3).In(zone)
+			v.NextTry, v.ExpiresAt = at(11).In(zone), at(8*time.Hour+13).In(zone)
 			a.CreateSent, a.StartedAt, a.EndedAt = at(7).In(zone), at(5).In(zone), at(-1).In(zone)
 		}},
 		{"times with a monotonic reading", func(v *journal.VM, a *journal.Attempt) {

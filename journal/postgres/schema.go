@@ -115,6 +115,9 @@ var migrations = []string{
 		created_at BIGINT
 	);
 	CREATE INDEX gpuprov_blocks_until ON gpuprov_blocks (until);`,
+	// 2: a waiting VM's next try, a ready VM's expiry (Request.TTL, MaxCost).
+	`ALTER TABLE gpuprov_vms ADD COLUMN next_try BIGINT;
+	ALTER TABLE gpuprov_vms ADD COLUMN expires_at BIGINT;`,
 }
 
 // schemaVersion is the schema version this package writes and the newest it

@@ -11,7 +11,8 @@ import (
 const (
 	vmCols = `name, id, cluster, request, state, phase, attempt, provider, region, zone, offer,
 		price_per_hour, instance_id, ssh_host, ssh_port, ssh_user, host_key, deadline, last_error,
-		last_error_kind, owner, lease_expiry, version, created_at, updated_at, ready_at, ended_at`
+		last_error_kind, owner, lease_expiry, version, created_at, updated_at, ready_at, ended_at,
+		next_try, expires_at`
 	attemptCols = `vm, n, provider, region, zone, offer_key, offer, state, phase, token, prepared,
 		instance_ids, host_key, create_sent, cleaned_up, error, error_kind, started_at, ended_at`
 	eventCols = `seq, time, vm, attempt, type, phase, provider, region, zone, instance_id,
@@ -28,12 +29,12 @@ func scanVM(s scanner) (journal.VM, error) {
 		state                                  string
 		request, offer                         sql.NullString
 		deadline, lease, created, updated, rdy sql.NullInt64
-		ended                                  sql.NullInt64
+		ended, nextTry, expires                sql.NullInt64
 	)
 	err := s.Scan(&v.Name, &v.ID, &v.Cluster, &request, &state, &v.Phase, &v.Attempt, &v.Provider,
 		&v.Region, &v.Zone, &offer, &v.PricePerHour, &v.InstanceID, &v.SSHHost, &v.SSHPort, &v.SSHUser,
 		&v.HostKey, &deadline, &v.LastError, &v.LastErrorKind, &v.Owner, &lease, &v.Version,
-		&created, &updated, &rdy, &ended)
+		&created, &updated, &rdy, &ended, &nextTry, &expires)
 	if err != nil {
 		return journal.VM{}, err
 	}
@@ -41,6 +42,7 @@ func scanVM(s scanner) (journal.VM, error) {
 	v.Request, v.Offer = goJSON(request), goJSON(offer)
 	v.Deadline, v.LeaseExpiry = goTime(deadline), goTime(lease)
 	v.CreatedAt, v.UpdatedAt, v.ReadyAt, v.EndedAt = goTime(created), goTime(updated), goTime(rdy), goTime(ended)
+	v.NextTry, v.ExpiresAt = goTime(nextTry), goTime(expires)
 	return v, nil
 }
 
@@ -53,14 +55,15 @@ func vmArgs(v *journal.VM) ([]any, error) {
 		v.InstanceID, v.SSHHost, v.SSHPort, v.SSHUser, v.HostKey, c.time("VM.Deadline", v.Deadline),
 		v.LastError, v.LastErrorKind, c.time("VM.CreatedAt", v.CreatedAt),
 		c.time("VM.UpdatedAt", v.UpdatedAt), c.time("VM.ReadyAt", v.ReadyAt),
-		c.time("VM.EndedAt", v.EndedAt)}
+		c.time("VM.EndedAt", v.EndedAt), c.time("VM.NextTry", v.NextTry), c.time("VM.ExpiresAt", v.ExpiresAt)}
 	return args, c.err
 }
 
 // vmWriteCols are the columns of vmArgs.
 var vmWriteCols = []string{"name", "id", "cluster", "request", "state", "phase", "attempt", "provider",
 	"region", "zone", "offer", "price_per_hour", "instance_id", "ssh_host", "ssh_port", "ssh_user",
-	"host_key", "deadline", "last_error", "last_error_kind", "created_at", "updated_at", "ready_at", "ended_at"}
+	"host_key", "deadline", "last_error", "last_error_kind", "created_at", "updated_at", "ready_at", "ended_at",
+	"next_try", "expires_at"}
 
 func scanAttempt(s scanner) (journal.Attempt, error) {
 	var (

@@ -106,6 +106,9 @@ var migrations = []string{
 		created_at INTEGER
 	) STRICT;
 	CREATE INDEX blocks_until ON blocks (until);`,
+	// 2: a waiting VM's next try, a ready VM's expiry (Request.TTL, MaxCost).
+	`ALTER TABLE vms ADD COLUMN next_try INTEGER;
+	ALTER TABLE vms ADD COLUMN expires_at INTEGER;`,
 }
 
 // schemaVersion is the schema version this package writes and the newest it

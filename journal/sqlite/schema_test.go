@@ -77,3 +77,39 @@ func TestMigrate(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrateKeepsAVersion1Journal: a journal written by the first schema
+// (before a waiting VM's next try and a ready VM's expiry were journaled)
+// opens, keeps its VMs, and reads them back with those times zero; its VMs
+// can then carry them.
+func TestMigrateKeepsAVersion1Journal(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "journal.db")
+	db := rawDB(t, path,
+		"PRAGMA application_id = 1735422582",
+		"CREATE TABLE gpuprov_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT",
+		"INSERT INTO gpuprov_meta VALUES ('schema_version', '1'), ('installation', 'feedc0de00000001')",
+		migrations[0],
+		`INSERT INTO vms (name, id, cluster, request, state, phase, attempt, provider, region, zone,
+			price_per_hour, instance_id, ssh_host, ssh_port, ssh_user, host_key, last_error,
+			last_error_kind, owner, version, ready_at)
+		VALUES ('old-1', 'x1', '', '{"gpu":"H100-80GB"}', 'ready', '', 1, 'sim', 'r', 'r-a',
+			2.5, 'i-1', '127.0.0.1', 22, 'root', '', '', '', '', 3, 1000)`)
+	db.Close()
+	j, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	v, err := j.GetVM(ctx, "old-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.State != "ready" || v.InstanceID != "i-1" || !v.NextTry.IsZero() || !v.ExpiresAt.IsZero() {
+		t.Errorf("old VM after migration: state %s instance %s next try %v expires %v; want ready, i-1, zero, zero",
+			v.State, v.InstanceID, v.NextTry, v.ExpiresAt)
+	}
+	if got, err := readVersion(ctx, j.db); err != nil || got != schemaVersion {
+		t.Errorf("schema version: %d, %v; want %d", got, err, schemaVersion)
+	}
+}
