@@ -83,6 +83,8 @@ type crashScenario struct {
 	// wantFailedAfter, when set, is the number of attempts an aborting
 	// launch has: recovery must end it failed, not try more offers.
 	wantFailedAfter int
+	// wantReady: every run must end ready, whatever write it crashed at.
+	wantReady bool
 }
 
 var crashScenarios = []crashScenario{
@@ -159,6 +161,22 @@ var crashScenarios = []crashScenario{
 		req:             func() gpuprov.Request { return h100("aborted") },
 		wantFailedAfter: 1,
 	},
+	{
+		// Every offer stocks out once; the launch waits for capacity (its
+		// wait and next try journaled), and a crash anywhere, in the wait
+		// too, is resumed by Recover into the same wait, then ready.
+		name: "wait for capacity",
+		setup: func(fakes []*pt.Fake) {
+			fakes[0].Script(&pt.Rule{Op: pt.OpCreate, Err: pe(provider.Capacity, "no capacity"), Times: 3})
+			fakes[1].Script(&pt.Rule{Op: pt.OpCreate, Err: pe(provider.Capacity, "no capacity"), Times: 1})
+		},
+		req: func() gpuprov.Request {
+			r := h100("waiter")
+			r.WaitForCapacity, r.Timeout = true, 3*time.Hour
+			return r
+		},
+		wantReady: true,
+	},
 }
 
 // runCrash launches with a journal that dies after k writes, then recovers
@@ -231,6 +249,9 @@ func runCrash(t *testing.T, sc crashScenario, k int) (writes int, crashed bool) 
 	// Killed before the failure was journaled, the next process may adopt
 	// the instance and finish; once it was journaled, the launch ends as it
 	// was ending. Either way no other offer is tried.
+	if sc.wantReady && row.State != journal.StateReady {
+		t.Fatalf("k=%d: ended %s (%s); want ready", k, row.State, row.LastError)
+	}
 	if n := sc.wantFailedAfter; n > 0 && row.Attempt != n {
 		t.Fatalf("k=%d: an aborting launch ended %s after %d attempts, want %d", k, row.State, row.Attempt, n)
 	}

@@ -65,6 +65,9 @@ type driver struct {
 	// fsync per failover; lost in a crash, Recover redoes the (idempotent)
 	// teardown.
 	pending *journal.Step
+	// plan is the plan nextOffer read last (a wait for capacity reads its
+	// blocks).
+	plan *PlanResult
 }
 
 // journaledRequest is a Request as the journal keeps it, with what resuming
@@ -181,7 +184,7 @@ func (d *driver) run(ctx context.Context) (*VM, error) {
 	}()
 	var err error
 	switch d.row.State {
-	case journal.StatePending, journal.StateProvisioning:
+	case journal.StatePending, journal.StateProvisioning, journal.StateWaiting:
 		err = d.provision(ctx)
 	case journal.StateDeleting:
 		err = d.finishDelete(ctx)
@@ -247,12 +250,26 @@ func (d *driver) provision(ctx context.Context) error {
 		if err := context.Cause(ctx); err != nil {
 			return d.fail(ctx, err)
 		}
+		if d.row.State == journal.StateWaiting {
+			// Resumed while waiting (after a restart): the wait goes on
+			// until its journaled next try.
+			if err := d.sleepUntilNextTry(ctx); err != nil {
+				return err
+			}
+		}
 		max := d.req.MaxOffers
 		if max == 0 {
 			max = d.p.maxOffers
 		}
 		if len(d.tried) >= max {
-			return d.fail(ctx, d.withLast(fmt.Errorf("%w: tried %d offers (the bound)", ErrOffersExhausted, len(d.tried))))
+			err := d.withLast(fmt.Errorf("%w: tried %d offers (the bound)", ErrOffersExhausted, len(d.tried)))
+			if d.req.WaitForCapacity {
+				if werr := d.waitForCapacity(ctx, err); werr != nil {
+					return werr
+				}
+				continue
+			}
+			return d.fail(ctx, err)
 		}
 		offer, err := d.nextOffer(ctx)
 		if err != nil {
@@ -260,7 +277,14 @@ func (d *driver) provision(ctx context.Context) error {
 			if errors.As(err, &je) {
 				return err
 			}
-			return d.fail(ctx, d.withLast(err))
+			err = d.withLast(err)
+			if d.req.WaitForCapacity && errors.Is(err, ErrNoOffers) {
+				if werr := d.waitForCapacity(ctx, err); werr != nil {
+					return werr
+				}
+				continue
+			}
+			return d.fail(ctx, err)
 		}
 		a, err := d.startAttempt(ctx, offer)
 		if err != nil {
@@ -305,6 +329,7 @@ func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.
 	d.row.State, d.row.Phase, d.row.Attempt = journal.StateProvisioning, PhasePrepare, n
 	d.row.Provider, d.row.Region, d.row.Zone, d.row.Offer, d.row.PricePerHour = o.Provider, o.Location.Region, o.Location.Zone, raw, o.PricePerHour
 	d.row.InstanceID, d.row.SSHHost, d.row.SSHPort, d.row.SSHUser, d.row.HostKey = "", "", 0, "", ""
+	d.row.NextTry = time.Time{}
 	msg := fmt.Sprintf("%s %s %s×%d $%.2f/h", o.InstanceType, o.Location, o.GPU, o.GPUCount, o.PricePerHour)
 	if o.Spot {
 		msg += " spot"

@@ -288,6 +288,7 @@ func (d *driver) nextOffer(ctx context.Context) (*provider.Offer, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.plan = res
 	if len(res.Errors) > 0 {
 		var evs []journal.Event
 		for name, perr := range res.Errors {

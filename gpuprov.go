@@ -61,12 +61,17 @@ type Provisioner struct {
 	blockTTL  map[provider.ErrorKind]time.Duration
 	backoff   *backoff.Policy
 	planTTL   time.Duration
-	sshTO     time.Duration
-	stepTO    time.Duration
-	hostKeys  bool
-	sshUser   string
-	authKeys  []string
-	sshKey    gossh.Signer // WithSSHKey
+	// capacityPoll is how often a VM waiting for capacity replans.
+	capacityPoll time.Duration
+	reapEvery    time.Duration // WithReaper; 0: no background reaper
+	stopReap     context.CancelFunc
+	reapDone     chan struct{}
+	sshTO        time.Duration
+	stepTO       time.Duration
+	hostKeys     bool
+	sshUser      string
+	authKeys     []string
+	sshKey       gossh.Signer // WithSSHKey
 
 	connector    Connector
 	bootstrapper Bootstrapper
@@ -219,13 +224,14 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 			provider.Quota:       time.Hour,
 			provider.Credentials: 15 * time.Minute,
 		},
-		backoff:  backoff.New(500*time.Millisecond, 30*time.Second, uint64(time.Now().UnixNano())),
-		planTTL:  20 * time.Second,
-		sshTO:    5 * time.Minute,
-		stepTO:   15 * time.Minute,
-		hostKeys: true,
-		sshUser:  "root",
-		held:     map[string]int{},
+		backoff:      backoff.New(500*time.Millisecond, 30*time.Second, uint64(time.Now().UnixNano())),
+		planTTL:      20 * time.Second,
+		capacityPoll: DefaultCapacityPoll,
+		sshTO:        5 * time.Minute,
+		stepTO:       15 * time.Minute,
+		hostKeys:     true,
+		sshUser:      "root",
+		held:         map[string]int{},
 	}
 	for _, o := range opts {
 		o(p)
@@ -256,6 +262,15 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 	}
 	p.stopHB, p.hbDone = make(chan struct{}), make(chan struct{})
 	go p.heartbeat()
+	if p.reapEvery > 0 {
+		var rctx context.Context
+		rctx, p.stopReap = context.WithCancel(context.Background())
+		p.reapDone = make(chan struct{})
+		go func() {
+			defer close(p.reapDone)
+			p.reaper(rctx)
+		}()
+	}
 	return p, nil
 }
 
@@ -302,8 +317,9 @@ func sameKey(line string, pub gossh.PublicKey) bool {
 	return err == nil && bytes.Equal(k.Marshal(), pub.Marshal())
 }
 
-// Close stops the lease heartbeat. Launches still running lose their leases
-// when those expire. It does not close the journal.
+// Close stops the lease heartbeat and the reaper (WithReaper), letting a
+// deletion the reaper has under way finish. Launches still running lose
+// their leases when those expire. It does not close the journal.
 func (p *Provisioner) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -312,6 +328,12 @@ func (p *Provisioner) Close() error {
 	}
 	p.closed = true
 	p.mu.Unlock()
+	if p.stopReap != nil {
+		// A deletion under way finishes its teardown first (bounded by
+		// the provider's DeleteTimeout).
+		p.stopReap()
+		<-p.reapDone
+	}
 	close(p.stopHB)
 	<-p.hbDone
 	return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/provider"
@@ -151,6 +152,13 @@ func (p *Provisioner) LaunchEach(ctx context.Context, reqs []Request, done func(
 // started). A VM driven by another live process gives ErrBusy. Deleting a
 // deleted or failed VM does nothing.
 func (p *Provisioner) Delete(ctx context.Context, name string) error {
+	return p.deleteIf(ctx, name, func(journal.VM) (string, bool) { return "", true })
+}
+
+// deleteIf is Delete, once the lease is held, only if cond holds for the VM
+// as the journal has it then; cond's text goes in the deleting event. It
+// reports errSkipped when cond said no.
+func (p *Provisioner) deleteIf(ctx context.Context, name string, cond func(journal.VM) (string, bool)) error {
 	for !p.claim(name) {
 		p.mu.Lock()
 		r := p.running[name]
@@ -179,8 +187,12 @@ func (p *Provisioner) Delete(ctx context.Context, name string) error {
 	if row.State.Terminal() {
 		return nil
 	}
-	d.row.State, d.row.Phase = journal.StateDeleting, ""
-	if err := d.commit(ctx, &journal.Step{Update: &d.row, Events: []journal.Event{{Type: EvDeleting}}}); err != nil {
+	why, ok := cond(row)
+	if !ok {
+		return errSkipped
+	}
+	d.row.State, d.row.Phase, d.row.NextTry = journal.StateDeleting, "", time.Time{}
+	if err := d.commit(ctx, &journal.Step{Update: &d.row, Events: []journal.Event{{Type: EvDeleting, Message: why}}}); err != nil {
 		return err
 	}
 	return d.finishDelete(ctx)

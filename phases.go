@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/pem"
 	"fmt"
+	"time"
 
 	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/journal"
@@ -92,7 +93,11 @@ func (d *driver) ready(ctx context.Context, a *journal.Attempt) error {
 	now := d.now()
 	a.Phase, a.State, a.EndedAt = "", journal.AttemptSucceeded, now
 	d.row.State, d.row.Phase, d.row.ReadyAt, d.row.LastError, d.row.LastErrorKind = journal.StateReady, "", now, "", ""
+	d.row.NextTry, d.row.ExpiresAt = time.Time{}, expiry(&d.req, now, d.row.PricePerHour)
 	msg := fmt.Sprintf("%s in %v", d.row.InstanceID, now.Sub(d.row.CreatedAt).Round(1e6))
+	if !d.row.ExpiresAt.IsZero() {
+		msg += fmt.Sprintf("; expires at %s", d.row.ExpiresAt.UTC().Format(time.RFC3339))
+	}
 	return d.commit(ctx, &journal.Step{Update: &d.row, ReleaseLease: true, Attempts: []journal.Attempt{*a},
 		Events: []journal.Event{d.event(EvReady, a, msg)}})
 }

@@ -27,6 +27,9 @@ type RecoverReport struct {
 	Resumed map[string]error
 	// Skipped are the VMs Recover left alone, with the reason.
 	Skipped map[string]string
+	// Reaped are the expired ready VMs (Request.TTL, MaxCost) Recover
+	// deleted through Reap once the others had ended.
+	Reaped []Reaped
 }
 
 // Outcome is what Recover did with one VM.
@@ -76,10 +79,13 @@ type Recovered struct {
 // cluster resumed together elect one server between them; without
 // WithJoiner such nodes are skipped (RecoverReport.Skipped says why), never
 // called ready outside their cluster. It returns when every VM it took has
-// ended. VMs driven by live processes are left alone.
+// ended. VMs driven by live processes are left alone. A VM that was waiting
+// for capacity (Request.WaitForCapacity) goes on waiting until its journaled
+// next try, then tries again, until its journaled deadline. Last, Recover
+// deletes the ready VMs whose TTL or cost cap has expired (Reap).
 func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 	rows, err := p.j.ListVMs(ctx, journal.ListOptions{States: []journal.VMState{
-		journal.StatePending, journal.StateProvisioning, journal.StateDeleting}})
+		journal.StatePending, journal.StateProvisioning, journal.StateWaiting, journal.StateDeleting}})
 	if err != nil {
 		return nil, fmt.Errorf("gpuprov: recover: listing VMs: %w", err)
 	}
@@ -192,6 +198,9 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 	}
 	wg.Wait()
 	slices.SortFunc(rep.VMs, func(a, b Recovered) int { return strings.Compare(a.Name, b.Name) })
+	if rep.Reaped, err = p.Reap(ctx); err != nil {
+		return rep, err
+	}
 	return rep, nil
 }
 

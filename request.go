@@ -58,6 +58,25 @@ type Request struct {
 	OpenPorts []provider.Port `json:"open_ports,omitempty"`
 	// Image overrides the providers' default image.
 	Image string `json:"image,omitempty"`
+
+	// WaitForCapacity keeps the launch going when every offer is blocked
+	// or tried: instead of failing, the VM waits (state waiting, its next
+	// try journaled) until the earliest block on a planned offer expires or
+	// a plan refresh shows an offer it has not tried, then tries again,
+	// until Timeout. Each round of tries is bounded by MaxOffers. While it
+	// waits, the only cloud calls are plan refreshes, at most one per
+	// WithCapacityPoll interval (default 1 minute) plus one per block that
+	// expires. Set a Timeout that fits the wait (hours, for scarce GPUs).
+	WaitForCapacity bool `json:"wait_for_capacity,omitempty"`
+	// TTL deletes the VM once it has been ready this long, whether or not
+	// the launching process still runs: the expiry is journaled, and every
+	// Provisioner that runs Reap (or Recover, or WithReaper) on the journal
+	// enforces it. 0: no limit.
+	TTL time.Duration `json:"ttl,omitempty"`
+	// MaxCost deletes the VM once its accrued cost (its offer's price per
+	// hour × the time since it became ready, as List computes it) reaches
+	// this many USD; enforced as TTL is. 0: no limit.
+	MaxCost float64 `json:"max_cost,omitempty"`
 }
 
 // DefaultTimeout bounds a launch whose Request has no Timeout.
@@ -139,6 +158,12 @@ func (r *Request) normalize(known map[string]bool) error {
 	}
 	if r.MaxOffers < 0 {
 		return &RequestError{"max_offers", "negative"}
+	}
+	if r.TTL < 0 {
+		return &RequestError{"ttl", "negative"}
+	}
+	if r.MaxCost < 0 || math.IsNaN(r.MaxCost) || math.IsInf(r.MaxCost, 0) {
+		return &RequestError{"max_cost", fmt.Sprintf("%v is not an amount of USD", r.MaxCost)}
 	}
 	for _, p := range r.OpenPorts {
 		if p.Number < 1 || p.Number > 65535 || (p.Protocol != "tcp" && p.Protocol != "udp") {

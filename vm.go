@@ -105,7 +105,13 @@ type VM struct {
 	CreatedAt     time.Time             `json:"created_at"`
 	ReadyAt       time.Time             `json:"ready_at,omitzero"`
 	EndedAt       time.Time             `json:"ended_at,omitzero"`
-	Request       Request               `json:"request"`
+	// NextTry is when a waiting VM (Request.WaitForCapacity) tries its
+	// offers again.
+	NextTry time.Time `json:"next_try,omitzero"`
+	// ExpiresAt is when a ready VM is deleted by its TTL or cost cap
+	// (Request.TTL, MaxCost), whichever comes first; zero: never.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	Request   Request   `json:"request"`
 }
 
 // Cost returns what the VM has cost so far at its price per hour: from
@@ -130,7 +136,7 @@ func vmFromRow(r journal.VM) *VM {
 		Provider: r.Provider, Location: provider.Location{Region: r.Region, Zone: r.Zone},
 		PricePerHour: r.PricePerHour, InstanceID: r.InstanceID, HostKey: r.HostKey,
 		Owner: r.Owner, LeaseExpiry: r.LeaseExpiry, LastError: r.LastError, LastErrorKind: r.LastErrorKind,
-		CreatedAt: r.CreatedAt, ReadyAt: r.ReadyAt, EndedAt: r.EndedAt,
+		CreatedAt: r.CreatedAt, ReadyAt: r.ReadyAt, EndedAt: r.EndedAt, NextTry: r.NextTry, ExpiresAt: r.ExpiresAt,
 	}
 	if r.SSHHost != "" {
 		v.SSH = &provider.SSHEndpoint{Host: r.SSHHost, Port: r.SSHPort, User: r.SSHUser}
