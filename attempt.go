@@ -162,8 +162,11 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 		if n == 0 && !observeFirst {
 			// Another VM may have found the offer out of stock while this
 			// one waited for its turn: creating now would only fail too.
-			if b, ok := d.p.blockedNow(ctx, o); ok {
-				return provider.Errorf(provider.Capacity, a.Provider, "create", "offer blocked while waiting to create: %s", b.Reason)
+			// A block older than the attempt is one it chose to pass over
+			// (a restock seen while waiting for capacity).
+			if b, ok := d.p.blockedNow(ctx, o); ok && !b.CreatedAt.Before(a.StartedAt) {
+				return provider.Errorf(provider.Capacity, a.Provider, "create", "offer blocked while waiting to create (%s, %s until %s)",
+					b.Key, b.ErrorKind, b.Until.UTC().Format(time.RFC3339))
 			}
 		}
 		id, err := pp.Create(ctx, o, a.Prepared, d.spec(a))

@@ -68,6 +68,9 @@ type driver struct {
 	// plan is the plan nextOffer read last (a wait for capacity reads its
 	// blocks).
 	plan *PlanResult
+	// restocked says the offer nextOffer returned last was blocked by a
+	// stockout that a fresh plan shows over.
+	restocked bool
 }
 
 // journaledRequest is a Request as the journal keeps it, with what resuming
@@ -333,6 +336,10 @@ func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.
 	msg := fmt.Sprintf("%s %s %s×%d $%.2f/h", o.InstanceType, o.Location, o.GPU, o.GPUCount, o.PricePerHour)
 	if o.Spot {
 		msg += " spot"
+	}
+	if d.restocked {
+		msg += " (in stock again: its stockout block is passed over)"
+		d.restocked = false
 	}
 	return a, d.commit(ctx, &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a},
 		Events: []journal.Event{d.event(EvAttempt, a, msg)}})

@@ -282,7 +282,16 @@ func blockedBy(o *provider.Offer, blocks map[string]journal.Block) (journal.Bloc
 	return journal.Block{}, false
 }
 
-// nextOffer returns the cheapest planned offer not blocked and not tried.
+// restocked reports whether offer o, blocked by b, is in stock again: b is a
+// stockout, and a plan made after it shows the offer in stock (see
+// provider.Offer.InStock).
+func restocked(o *provider.Offer, b journal.Block, planned time.Time) bool {
+	return o.InStock && b.ErrorKind == provider.Capacity.String() && planned.After(b.CreatedAt)
+}
+
+// nextOffer returns the cheapest planned offer not blocked and not tried. A
+// launch waiting for capacity also takes an offer whose stockout block a
+// fresh plan shows restocked.
 func (d *driver) nextOffer(ctx context.Context) (*provider.Offer, error) {
 	res, err := d.p.plan(ctx, &d.req)
 	if err != nil {
@@ -302,9 +311,12 @@ func (d *driver) nextOffer(ctx context.Context) (*provider.Offer, error) {
 		if d.tried[o.Key()] {
 			continue
 		}
-		if _, ok := blockedBy(o, res.blocks); ok {
-			blocked++
-			continue
+		if b, ok := blockedBy(o, res.blocks); ok {
+			if !d.req.WaitForCapacity || !restocked(o, b, res.planned) {
+				blocked++
+				continue
+			}
+			d.restocked = true
 		}
 		return o, nil
 	}

@@ -39,8 +39,9 @@ type PlanResult struct {
 	// cap, the regions offered, ...). Empty when there are offers.
 	Explanation string
 
-	blocks map[string]journal.Block // every active block, by key
-	now    time.Time                // when the blocks were read
+	blocks  map[string]journal.Block // every active block, by key
+	now     time.Time                // when the blocks were read
+	planned time.Time                // when the providers were asked
 }
 
 // maxBlockedShown bounds the blocked offers an error lists.
@@ -171,7 +172,7 @@ func (p *Provisioner) plan(ctx context.Context, req *Request) (*PlanResult, erro
 		return nil, &journalError{err}
 	}
 	res := &PlanResult{Offers: entry.offers, Errors: entry.errs, Explanation: entry.why,
-		Blocked: map[string]journal.Block{}, blocks: map[string]journal.Block{}, now: p.clock.Now()}
+		Blocked: map[string]journal.Block{}, blocks: map[string]journal.Block{}, now: p.clock.Now(), planned: entry.at}
 	for _, b := range blocks {
 		res.blocks[b.Key] = b
 	}

@@ -202,6 +202,12 @@ type Offer struct {
 	MemoryGB     float64  `json:"memory_gb,omitempty"`
 	PricePerHour float64  `json:"price_per_hour"` // USD for the whole instance
 	Spot         bool     `json:"spot,omitempty"`
+	// InStock says the cloud's own listing showed capacity for this offer
+	// when it was planned (a marketplace's stock, a region listed with
+	// capacity, the sim's availability); false: unknown or none. A launch
+	// waiting for capacity tries a stocked-out offer again as soon as a
+	// fresh plan shows it in stock, without waiting out its block.
+	InStock bool `json:"in_stock,omitempty"`
 	// Detail is the adapter's private data for Create (vendor ids such as an
 	// image, a socket or a data center id). The core journals it as is.
 	Detail json.RawMessage `json:"detail,omitempty"`

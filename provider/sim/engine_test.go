@@ -29,7 +29,7 @@ type engineEnv struct {
 	events []gpuprov.Event
 }
 
-func newEngineEnv(t *testing.T, faults simserver.Faults, cfg sim.Config) *engineEnv {
+func newEngineEnv(t *testing.T, faults simserver.Faults, cfg sim.Config, opts ...gpuprov.Option) *engineEnv {
 	t.Helper()
 	e := &engineEnv{env: newEnv(t, func(o *simserver.Options) { o.DisableSSH = true })}
 	stop := e.clk.AutoAdvance()
@@ -47,9 +47,10 @@ func newEngineEnv(t *testing.T, faults simserver.Faults, cfg sim.Config) *engine
 	// The adapter's identity must be the journal's.
 	p, _ := newProviderWithInstallation(t, e.srv, cfg, db.Installation(), e.clk)
 	e.j = db
-	e.p, err = gpuprov.New(db, gpuprov.WithProvider(p), gpuprov.WithClock(e.clk),
+	e.p, err = gpuprov.New(db, append([]gpuprov.Option{gpuprov.WithProvider(p), gpuprov.WithClock(e.clk),
 		gpuprov.WithBackoff(100*time.Millisecond, 2*time.Second, 1),
-		gpuprov.WithEvents(func(ev gpuprov.Event) { e.mu.Lock(); e.events = append(e.events, ev); e.mu.Unlock() }))
+		gpuprov.WithEvents(func(ev gpuprov.Event) { e.mu.Lock(); e.events = append(e.events, ev); e.mu.Unlock() })},
+		opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 			Provider: p.name, Location: provider.Location{Region: w.Region, Zone: w.Zone},
 			InstanceType: w.InstanceType, GPU: w.GPU, GPUCount: w.GPUCount, GPUMemoryGB: w.GPUMemoryGB,
 			VCPUs: w.VCPUs, MemoryGB: w.MemoryGB, PricePerHour: w.PricePerHour, Spot: w.Spot, Detail: detail,
+			InStock: w.Availability != "" && w.Availability != "none", // the sim's stock
 		}
 		if g, err := provider.CanonicalGPU(w.GPU); err == nil {
 			o.GPU = g

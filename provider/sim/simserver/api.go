@@ -143,6 +143,9 @@ func (s *Server) listOffers(c *cloud, r *http.Request, _ []byte, _ time.Time) (i
 	out := []Offer{}
 	for _, of := range c.cfg.Offers {
 		if (q.Get("region") == "" || q.Get("region") == of.Region) && (q.Get("gpu") == "" || q.Get("gpu") == of.GPU) {
+			if c.stockedOut(&of) {
+				of.Availability = AvailabilityNone
+			}
 			out = append(out, of)
 		}
 	}

@@ -147,8 +147,10 @@ type Offer struct {
 	PricePerHour float64 `json:"price_per_hour" toml:"price_per_hour"` // USD
 	// Spot offers may be preempted (Faults.PreemptionRate, Server.Preempt).
 	Spot bool `json:"spot" toml:"spot"`
-	// Availability is a hint ("high", "medium", "low"), not a promise: a
-	// stockout fault makes creates fail whatever it says.
+	// Availability is a hint ("high", "medium", "low"), not a promise, as
+	// marketplaces publish their stock. While a stockout fault covers the
+	// offer (Faults.StockoutOffers, StockoutRegions) the listing says
+	// "none", as the sim's stock; creates fail whatever it says.
 	Availability string `json:"availability" toml:"availability"`
 }
 

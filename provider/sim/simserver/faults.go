@@ -164,6 +164,16 @@ func (c *cloud) gate(kind string, now time.Time) (hold bool, err *apiError) {
 	return false, nil
 }
 
+// AvailabilityNone is an offer's Availability while a stockout fault covers
+// it.
+const AvailabilityNone = "none"
+
+// stockedOut reports whether a stockout fault covers offer of. The caller
+// holds s.mu.
+func (c *cloud) stockedOut(of *Offer) bool {
+	return matches(c.faults.StockoutOffers, of.ID) || matches(c.faults.StockoutRegions, of.Region)
+}
+
 // admit applies the create-time faults for offer: funds, quota, stockout.
 // The caller holds s.mu.
 func (c *cloud) admit(of *Offer) *apiError {
@@ -185,7 +195,7 @@ func (c *cloud) admit(of *Offer) *apiError {
 			return errorf(http.StatusForbidden, CodeQuotaExceeded, "instance quota of %d reached in region %s", f.InstanceQuota, of.Region)
 		}
 	}
-	if matches(f.StockoutOffers, of.ID) || matches(f.StockoutRegions, of.Region) {
+	if c.stockedOut(of) {
 		return errorf(http.StatusConflict, CodeOutOfCapacity, "no capacity for %s in %s", of.InstanceType, of.Zone)
 	}
 	return nil
