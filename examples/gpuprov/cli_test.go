@@ -235,7 +235,27 @@ type simInstance struct {
 
 func (s *simServer) adminGet(t *testing.T, path string, into any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, s.url+path, nil)
+	s.adminDo(t, http.MethodGet, path, nil, into)
+}
+
+// adminPut sends body as JSON to the admin API (faults, for instance).
+func (s *simServer) adminPut(t *testing.T, path string, body any) {
+	t.Helper()
+	var echo json.RawMessage
+	s.adminDo(t, http.MethodPut, path, body, &echo)
+}
+
+func (s *simServer) adminDo(t *testing.T, method, path string, body, into any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.url+path, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,10 +267,10 @@ func (s *simServer) adminGet(t *testing.T, path string, into any) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s: %s", path, resp.Status, b)
+		t.Fatalf("%s %s: %s: %s", method, path, resp.Status, b)
 	}
 	if err := json.Unmarshal(b, into); err != nil {
-		t.Fatalf("GET %s: %v: %s", path, err, b)
+		t.Fatalf("%s %s: %v: %s", method, path, err, b)
 	}
 }
 

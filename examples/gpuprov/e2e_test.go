@@ -26,13 +26,14 @@ delete_time = "100ms"
 `
 
 type listedVM struct {
-	Name     string  `json:"name"`
-	State    string  `json:"state"`
-	Phase    string  `json:"phase"`
-	Provider string  `json:"provider"`
-	Price    float64 `json:"price_per_hour"`
-	Cost     float64 `json:"cost_usd"`
-	Age      float64 `json:"age_seconds"`
+	Name     string   `json:"name"`
+	State    string   `json:"state"`
+	Phase    string   `json:"phase"`
+	Provider string   `json:"provider"`
+	Price    float64  `json:"price_per_hour"`
+	Cost     float64  `json:"cost_usd"`
+	Age      float64  `json:"age_seconds"`
+	Left     *float64 `json:"left_seconds"`
 }
 
 func listJSON(t *testing.T, c *cliEnv, args ...string) []listedVM {
@@ -215,6 +216,75 @@ func TestSimServeRestart(t *testing.T) {
 	c.writeConfig(again.config)
 	c.ok("down", "--all")
 	if live := again.live(t); len(live) != 0 {
+		t.Errorf("after down --all the sim runs %+v", live)
+	}
+}
+
+// TestCLIWaitForCapacityAcrossAKill: `up --wait` finds every offer stocked
+// out and waits; killed with SIGKILL while waiting, it leaves the VM waiting
+// in the journal; once the stock returns, `recover` goes on with the wait
+// and the VM becomes ready, with its --ttl shown by list.
+func TestCLIWaitForCapacityAcrossAKill(t *testing.T) {
+	c := newCLIEnv(t)
+	sim := startSim(t, c, simTimings)
+	c.writeConfig(sim.config)
+	sim.adminPut(t, "/admin/clouds/sim-a/faults", map[string]any{"stockout_regions": []string{"*"}})
+
+	up := c.command("up", "--gpu", "h100", "--name", "wait-1", "--provider", "sim-a", "--wait", "--wait-poll", "200ms",
+		"--timeout", "2m", "--ttl", "1h")
+	var upOut strings.Builder
+	up.Stdout, up.Stderr = &upOut, &upOut
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- up.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		vms := listJSON(t, c)
+		if len(vms) == 1 && vms[0].State == "waiting" {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = up.Process.Kill()
+			<-waited
+			t.Fatalf("wait-1 never waited: %+v\nup printed:\n%s", vms, upOut.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if table := c.ok("list").stdout; !strings.Contains(table, "waiting") || !strings.Contains(table, "retry in") {
+		t.Errorf("list of a waiting VM lacks its state and next try:\n%s", table)
+	}
+	if err := up.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-waited
+	if !strings.Contains(upOut.String(), "waiting for capacity") {
+		t.Errorf("up printed no waiting line:\n%s", upOut.String())
+	}
+	if live := sim.live(t); len(live) != 0 {
+		t.Fatalf("a waiting VM runs instances: %+v", live)
+	}
+	if vms := listJSON(t, c); len(vms) != 1 || vms[0].State != "waiting" {
+		t.Fatalf("after the kill: %+v; want wait-1 still waiting", vms)
+	}
+
+	sim.adminPut(t, "/admin/clouds/sim-a/faults", map[string]any{}) // the stock returns
+	if r := c.ok("recover"); !strings.Contains(r.stdout, "wait-1") || !strings.Contains(r.stdout, "recovered: ready") {
+		t.Errorf("recover did not finish the wait:\n%s", r.stdout)
+	}
+	vms := listJSON(t, c)
+	if len(vms) != 1 || vms[0].State != "ready" || vms[0].Left == nil || *vms[0].Left < 3500 || *vms[0].Left > 3600 {
+		t.Fatalf("after recover: %+v; want wait-1 ready with about an hour left", vms)
+	}
+	if table := c.ok("list").stdout; !strings.Contains(table, "LEFT") || !strings.Contains(table, "59m") && !strings.Contains(table, "1h") {
+		t.Errorf("list lacks the time left:\n%s", table)
+	}
+	if live := sim.live(t); len(live) != 1 {
+		t.Errorf("the sim runs %d instances, want 1", len(live))
+	}
+	c.ok("down", "--all")
+	if live := sim.live(t); len(live) != 0 {
 		t.Errorf("after down --all the sim runs %+v", live)
 	}
 }

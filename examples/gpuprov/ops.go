@@ -98,10 +98,12 @@ func newRecoverCmd(e *env) *cobra.Command {
 		Use:   "recover",
 		Short: "Finish what crashed or interrupted commands left: resume launches, finish teardowns",
 		Long: `Recover takes every VM the journal holds in an active state (pending,
-provisioning, deleting) that no live process drives, and drives it to an end
-from its last journaled step: a create is observed and adopted or sent again, a
-boot is waited for, a teardown is finished. Run it after a crash or a second
-Ctrl-C.`,
+provisioning, waiting, deleting) that no live process drives, and drives it to
+an end from its last journaled step: a create is observed and adopted or sent
+again, a boot is waited for, a wait for capacity goes on until its deadline, a
+teardown is finished. Then it deletes the ready VMs whose --ttl or --max-cost
+has expired. Run it after a crash or a second Ctrl-C, and from cron to keep
+VMs on their leash.`,
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -122,11 +124,19 @@ Ctrl-C.`,
 			if err != nil {
 				return err
 			}
-			if len(rep.VMs) == 0 {
+			if len(rep.VMs) == 0 && len(rep.Reaped) == 0 {
 				fmt.Fprintln(e.stdout, "nothing to recover")
 				return nil
 			}
 			var failed []error
+			for _, r := range rep.Reaped {
+				if r.Err != nil {
+					fmt.Fprintf(e.stdout, "%-24s %-13s expired (%s), not deleted: %s\n", r.Name, "ready", r.Why, oneLine(r.Err.Error()))
+					failed = append(failed, fmt.Errorf("%s: %w", r.Name, r.Err))
+					continue
+				}
+				fmt.Fprintf(e.stdout, "%-24s %-13s expired (%s): deleted\n", r.Name, "ready", r.Why)
+			}
 			for _, v := range rep.VMs {
 				from := string(v.State)
 				if v.Phase != "" {

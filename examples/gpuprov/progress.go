@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -42,7 +43,15 @@ type vmStatus struct {
 	attempt                                    int
 	start                                      time.Time
 	end                                        time.Time
+	// While waiting for capacity: what is blocked, and when the next try
+	// is, for a countdown.
+	waiting string
+	nextTry time.Time
 }
+
+// waitingRE reads the engine's waiting event: "waiting for capacity: <what
+// is blocked>, next try at <RFC3339>: <why>".
+var waitingRE = regexp.MustCompile(`^waiting for capacity: (.*), next try at (\S+): `)
 
 func newProgress(w io.Writer, tty bool) *progress {
 	pr := &progress{w: w, tty: tty, now: time.Now, vms: map[string]*vmStatus{}}
@@ -143,7 +152,15 @@ func (st *vmStatus) update(e gpuprov.Event) {
 	if e.Type == gpuprov.EvPhase || e.Type == gpuprov.EvAttempt {
 		st.phase = e.Phase // other events carry the phase they were journaled in
 	}
+	st.waiting, st.nextTry = "", time.Time{}
 	switch e.Type {
+	case gpuprov.EvWaiting:
+		st.state, st.phase = "waiting", ""
+		if m := waitingRE.FindStringSubmatch(e.Message); m != nil {
+			if t, err := time.Parse(time.RFC3339, m[2]); err == nil {
+				st.waiting, st.nextTry = m[1], t
+			}
+		}
 	case gpuprov.EvLaunch, gpuprov.EvPlan, gpuprov.EvAttempt, gpuprov.EvPhase, gpuprov.EvRecovered:
 		st.state = "provisioning"
 	case gpuprov.EvReady:
@@ -189,8 +206,12 @@ func (pr *progress) redraw() {
 		if st.phase != "" && state == "provisioning" {
 			state += "/" + st.phase
 		}
+		last := st.last
+		if !st.nextTry.IsZero() {
+			last = fmt.Sprintf("waiting for capacity: %s, next try in %s", st.waiting, max(0, st.nextTry.Sub(pr.now())).Round(time.Second))
+		}
 		line := fmt.Sprintf("%-20s %-24s %-22s %6s  attempt %d  %s", name, state, where,
-			formatElapsed(end.Sub(st.start)), st.attempt, st.last)
+			formatElapsed(end.Sub(st.start)), st.attempt, last)
 		if r := []rune(line); len(r) > 140 {
 			line = string(r[:139]) + "…"
 		}
@@ -276,7 +297,12 @@ func describe(e gpuprov.Event) string {
 	case gpuprov.EvFailed:
 		return "failed: " + msg
 	case gpuprov.EvDeleting:
+		if msg != "" {
+			return "deleting: " + msg
+		}
 		return "deleting"
+	case gpuprov.EvWaiting:
+		return msg
 	case gpuprov.EvDeleted:
 		return "deleted"
 	case gpuprov.EvRecovered:

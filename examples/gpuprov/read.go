@@ -22,6 +22,9 @@ type listItem struct {
 	*gpuprov.VM
 	CostUSD    float64 `json:"cost_usd"`
 	AgeSeconds float64 `json:"age_seconds"`
+	// LeftSeconds is the time until the VM's expiry (--ttl, --max-cost),
+	// absent when it has none; 0 once it is due.
+	LeftSeconds *float64 `json:"left_seconds,omitempty"`
 }
 
 func newListCmd(e *env) *cobra.Command {
@@ -49,14 +52,19 @@ func newListCmd(e *env) *cobra.Command {
 			items := []listItem{}
 			for _, v := range vms {
 				if all || !v.State.Terminal() {
-					items = append(items, listItem{VM: v, CostUSD: v.Cost(now), AgeSeconds: now.Sub(v.CreatedAt).Seconds()})
+					it := listItem{VM: v, CostUSD: v.Cost(now), AgeSeconds: now.Sub(v.CreatedAt).Seconds()}
+					if !v.ExpiresAt.IsZero() && v.State == gpuprov.StateReady {
+						left := max(0, v.ExpiresAt.Sub(now).Seconds())
+						it.LeftSeconds = &left
+					}
+					items = append(items, it)
 				}
 			}
 			if out == "json" {
 				return writeJSON(e.stdout, items)
 			}
 			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tPROVIDER\tREGION\tGPU\tPRICE/H\tCOST\tAGE")
+			fmt.Fprintln(tw, "NAME\tSTATE\tPROVIDER\tREGION\tGPU\tPRICE/H\tCOST\tAGE\tLEFT")
 			for _, it := range items {
 				state := string(it.State)
 				if it.Phase != "" {
@@ -68,8 +76,19 @@ func newListCmd(e *env) *cobra.Command {
 				} else if it.Request.GPU != "" {
 					gpu = fmt.Sprintf("%s×%d", it.Request.GPU, max(it.Request.GPUCount, 1))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t$%.2f\t%s\n", it.Name, state, dash(it.Provider), dash(it.Location.String()),
-					gpu, price(it.PricePerHour), it.CostUSD, age(now.Sub(it.CreatedAt)))
+				// LEFT: the time to a ready VM's expiry (expired: due for
+				// the next reaper), or a waiting VM's next try.
+				left := "-"
+				switch {
+				case it.LeftSeconds != nil && *it.LeftSeconds == 0:
+					left = "expired"
+				case it.LeftSeconds != nil:
+					left = age(time.Duration(*it.LeftSeconds * float64(time.Second)))
+				case it.State == gpuprov.StateWaiting && !it.NextTry.IsZero():
+					left = "retry in " + age(max(0, it.NextTry.Sub(now)))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t$%.2f\t%s\t%s\n", it.Name, state, dash(it.Provider), dash(it.Location.String()),
+					gpu, price(it.PricePerHour), it.CostUSD, age(now.Sub(it.CreatedAt)), left)
 			}
 			return tw.Flush()
 		}),

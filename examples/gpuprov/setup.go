@@ -240,6 +240,7 @@ type session struct {
 type sessionOptions struct {
 	events []func(gpuprov.Event)
 	joiner gpuprov.Joiner
+	extra  []gpuprov.Option // e.g. up --wait-poll
 }
 
 // open loads and checks the config, builds every provider once without the
@@ -313,6 +314,7 @@ func (e *env) openChecked(ctx context.Context, cfg *fileConfig, so sessionOption
 	for _, sink := range so.events {
 		opts = append(opts, gpuprov.WithEvents(sink))
 	}
+	opts = append(opts, so.extra...)
 	if so.joiner != nil {
 		opts = append(opts, gpuprov.WithJoiner(so.joiner))
 	}

@@ -22,6 +22,9 @@ import (
 	"github.com/org/gpuprov/provider"
 )
 
+// defaultWaitTimeout bounds `up --wait` when --timeout is not given.
+const defaultWaitTimeout = 24 * time.Hour
+
 type upFlags struct {
 	name       string
 	gpu        string
@@ -34,6 +37,10 @@ type upFlags struct {
 	nodes      int
 	minNodes   int
 	kubeconfig string
+	wait       bool
+	waitPoll   time.Duration
+	ttl        time.Duration
+	maxCost    float64
 
 	// changed reports whether the user typed a flag: only an absent flag
 	// takes its default, a typed zero is refused.
@@ -51,10 +58,22 @@ func newUpCmd(e *env) *cobra.Command {
 Offers are planned across every configured provider (or those given with
 --provider), cheapest first; stockouts fail over to the next offer. Ctrl-C
 cancels the launch and tears down what it started; a second Ctrl-C exits at
-once and leaves the rest to 'gpuprov recover'.`,
+once and leaves the rest to 'gpuprov recover'.
+
+With --wait, a launch that finds every offer stocked out (or blocked) does not
+fail: it waits for capacity, replanning every --wait-poll and whenever a
+stockout block expires or a provider's listing shows the offer back in stock,
+until --timeout (24h by default with --wait). A killed wait is resumed by
+'gpuprov recover'.
+
+--ttl and --max-cost put the VM on a leash: it is deleted once it has been
+ready that long, or once its cost reaches the cap, by whichever gpuprov
+process next runs 'gpuprov recover' (or a service with the reaper on), even
+if this one is gone. 'gpuprov list' shows the time left.`,
 		Example: `  gpuprov up --gpu h100 --name train-1
   gpuprov up --gpu h100 --count 8 --max-price 25 --provider aws --region us-east-1
-  gpuprov up --gpu h100 --nodes 3 --name k --kubeconfig ./k.yaml`,
+  gpuprov up --gpu h100 --nodes 3 --name k --kubeconfig ./k.yaml
+  gpuprov up --gpu h100 --count 8 --wait --timeout 12h --ttl 8h --max-cost 200`,
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			f.changed = cmd.Flags().Changed
@@ -74,6 +93,10 @@ once and leaves the rest to 'gpuprov recover'.`,
 	fl.IntVar(&f.nodes, "nodes", 0, "launch a k3s cluster of N nodes (1 to 1000)")
 	fl.IntVar(&f.minNodes, "min-nodes", 0, "with --nodes: how many must be ready (default: all)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "with --nodes: write the cluster's kubeconfig to PATH (mode 0600)")
+	fl.BoolVar(&f.wait, "wait", false, "wait for capacity instead of failing when every offer is stocked out (until --timeout, 24h by default with --wait)")
+	fl.DurationVar(&f.waitPoll, "wait-poll", gpuprov.DefaultCapacityPoll, "with --wait: how often to replan while waiting")
+	fl.DurationVar(&f.ttl, "ttl", 0, "delete the VM once it has been ready this long (default: never)")
+	fl.Float64Var(&f.maxCost, "max-cost", 0, "delete the VM once its cost reaches this many USD (default: no cap)")
 	_ = cmd.RegisterFlagCompletionFunc("gpu", cobra.FixedCompletions(provider.GPUNames(), cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("spot", cobra.FixedCompletions([]string{"no", "yes", "any"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
@@ -85,6 +108,10 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 	req := gpuprov.Request{
 		Name: f.name, GPU: f.gpu, GPUCount: f.count, MaxPricePerHour: f.maxPrice,
 		Providers: f.providers, Regions: f.regions, Timeout: f.timeout,
+		WaitForCapacity: f.wait, TTL: f.ttl, MaxCost: f.maxCost,
+	}
+	if f.wait && (f.changed == nil || !f.changed("timeout")) {
+		req.Timeout = defaultWaitTimeout
 	}
 	if len(req.Regions) == 0 {
 		req.Regions = cfg.DefaultRegions
@@ -152,6 +179,14 @@ func (f *upFlags) checkNumbers() error {
 		return usageErrorf("--min-nodes needs --nodes")
 	case typed("min-nodes") && (f.minNodes < 1 || f.minNodes > f.nodes):
 		return usageErrorf("--min-nodes %d: want 1 to --nodes (%d)", f.minNodes, f.nodes)
+	case typed("wait-poll") && !f.wait:
+		return usageErrorf("--wait-poll needs --wait")
+	case typed("wait-poll") && f.waitPoll <= 0:
+		return usageErrorf("--wait-poll %v: want a positive duration such as 30s", f.waitPoll)
+	case typed("ttl") && f.ttl <= 0:
+		return usageErrorf("--ttl %v: want a positive duration such as 8h (leave the flag out for no limit)", f.ttl)
+	case typed("max-cost") && !(f.maxCost > 0 && !math.IsInf(f.maxCost, 0)):
+		return usageErrorf("--max-cost %v: want a positive amount of USD (leave the flag out for no cap)", f.maxCost)
 	}
 	return nil
 }
@@ -173,6 +208,9 @@ func up(ctx context.Context, e *env, f *upFlags) error {
 	}
 	pr := newProgress(e.stdout, isTTY(e.stdout))
 	so := sessionOptions{events: []func(gpuprov.Event){pr.Sink}}
+	if f.wait {
+		so.extra = append(so.extra, gpuprov.WithCapacityPoll(f.waitPoll))
+	}
 	if f.nodes > 0 {
 		so.joiner = newK3sJoiner(k3sConfig())
 		req.OpenPorts = k3s.Ports(k3sConfig().Network)
@@ -194,6 +232,10 @@ func up(ctx context.Context, e *env, f *upFlags) error {
 		}
 		fmt.Fprintf(e.stdout, "%s is ready: %s %s, %s, %s×%d, %s/h\n", vm.Name, vm.Provider, vm.Location,
 			vm.InstanceID, vm.GPU, vm.GPUCount, usd(vm.PricePerHour))
+		if !vm.ExpiresAt.IsZero() {
+			fmt.Fprintf(e.stdout, "  expires at %s (--ttl/--max-cost): deleted then by the next `gpuprov recover` or reaper\n",
+				vm.ExpiresAt.UTC().Format(time.RFC3339))
+		}
 		fmt.Fprintf(e.stdout, "  gpuprov ssh %s          # log in\n  gpuprov down %s         # delete it\n", vm.Name, vm.Name)
 		return nil
 	}
