@@ -208,12 +208,17 @@ func (pr *progress) redraw() {
 		}
 		last := st.last
 		if !st.nextTry.IsZero() {
-			last = fmt.Sprintf("waiting for capacity: %s, next try in %s", st.waiting, max(0, st.nextTry.Sub(pr.now())).Round(time.Second))
+			// The countdown first: the line is cut at 140 characters.
+			last = fmt.Sprintf("for capacity, next try in %s (%s)", max(0, st.nextTry.Sub(pr.now())).Round(time.Second), st.waiting)
 		}
-		line := fmt.Sprintf("%-20s %-24s %-22s %6s  attempt %d  %s", name, state, where,
-			formatElapsed(end.Sub(st.start)), st.attempt, last)
-		if r := []rune(line); len(r) > 140 {
-			line = string(r[:139]) + "…"
+		att := ""
+		if st.attempt > 0 {
+			att = fmt.Sprintf("attempt %d", st.attempt)
+		}
+		line := fmt.Sprintf("%-20s %-24s %-22s %6s  %-10s %s", name, state, where,
+			formatElapsed(end.Sub(st.start)), att, last)
+		if r := []rune(line); len(r) > 160 {
+			line = string(r[:159]) + "…"
 		}
 		b.WriteString(line + "\n")
 	}

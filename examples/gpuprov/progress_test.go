@@ -67,3 +67,27 @@ func TestProgressTTY(t *testing.T) {
 		t.Errorf("the failure was not kept above the status lines:\n%s", out)
 	}
 }
+
+// TestProgressCountsDownAWait: on a terminal, a VM waiting for capacity
+// shows what is blocked and a countdown to its next try, redrawn as the
+// clock moves.
+func TestProgressCountsDownAWait(t *testing.T) {
+	var b bytes.Buffer
+	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	pr := newProgress(&b, true)
+	pr.Stop() // no ticker: redraws come from the events and pr.Printf
+	pr.tty = true
+	pr.now = func() time.Time { return now }
+	next := now.Add(2*time.Minute + 10*time.Second)
+	pr.Sink(gpuprov.Event{VM: "w", Type: gpuprov.EvWaiting, Time: now,
+		Message: "waiting for capacity: 14 offers blocked, cheapest $2.49/h, next try at " + next.Format(time.RFC3339) + ": no offers for H100-80GB×1"})
+	if !strings.Contains(b.String(), "for capacity, next try in 2m10s (14 offers blocked, cheapest $2.49/h)") || !strings.Contains(b.String(), "waiting ") {
+		t.Fatalf("status line lacks the wait and its countdown:\n%q", b.String())
+	}
+	now = now.Add(70 * time.Second)
+	b.Reset()
+	pr.Printf("")
+	if !strings.Contains(b.String(), "next try in 1m0s") || !strings.Contains(b.String(), "waiting ") {
+		t.Errorf("countdown did not move with the clock:\n%q", b.String())
+	}
+}
