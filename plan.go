@@ -129,6 +129,9 @@ type planEntry struct {
 	errs   map[string]error
 	why    string // PlanResult.Explanation
 	at     time.Time
+	// cacheable: no provider's Plan failed (a refusal for want of a
+	// capability is no failure: asking again would not change it).
+	cacheable bool
 }
 
 // plan plans across providers in parallel, sharing the result with
@@ -142,7 +145,8 @@ func (p *Provisioner) plan(ctx context.Context, req *Request) (*PlanResult, erro
 	keyJSON, _ := json.Marshal(struct { // marshalling plain structs cannot fail
 		R *provider.ResourceRequest
 		P []string
-	}{req.resources(), names})
+		L bool // labels rule out providers that cannot put them
+	}{req.resources(), names, len(req.Labels) > 0})
 	key := string(keyJSON)
 
 	entry, ok := p.plans.get(key, p.clock.Now(), p.planTTL)
@@ -153,7 +157,7 @@ func (p *Provisioner) plan(ctx context.Context, req *Request) (*PlanResult, erro
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
 			e := p.planOnce(pctx, req, names)
-			if len(e.errs) == 0 {
+			if e.cacheable {
 				p.plans.put(key, e)
 			}
 			return e, nil
@@ -207,10 +211,21 @@ func (c *planCache) put(key string, e planEntry) {
 }
 
 func (p *Provisioner) planOnce(ctx context.Context, req *Request, names []string) planEntry {
-	rr := req.resources()
-	offers, errs := p.planProviders(ctx, rr, names)
-	e := planEntry{offers: offers, errs: errs, at: p.clock.Now()}
-	if len(offers) == 0 && len(errs) < len(names) {
+	// Labels the caller asked for must be on every resource: a provider
+	// that cannot put them is left out, and says why.
+	var able []string
+	refused := map[string]error{}
+	for _, n := range names {
+		if len(req.Labels) > 0 && !p.providers[n].caps.Labels {
+			refused[n] = provider.Errorf(provider.InvalidRequest, n, "plan", "cannot put the request's labels on its resources")
+			continue
+		}
+		able = append(able, n)
+	}
+	offers, errs := p.planProviders(ctx, req.resources(), able)
+	e := planEntry{offers: offers, errs: errs, at: p.clock.Now(), cacheable: len(errs) == 0}
+	maps.Copy(e.errs, refused)
+	if len(offers) == 0 && len(e.errs) < len(names) {
 		e.why = p.explainEmpty(ctx, req)
 	}
 	return e
@@ -228,6 +243,14 @@ func (p *Provisioner) planProviders(ctx context.Context, rr *provider.ResourceRe
 	)
 	for _, name := range names {
 		pp := p.providers[name]
+		asked := rr
+		if pp.caps.DiskSize && rr.DiskGB > 0 {
+			// The provider sizes disks: its offers' default disks must not
+			// filter the request out before the core raises them.
+			r := *rr
+			r.DiskGB = 0
+			asked = &r
+		}
 		wg.Go(func() {
 			var got []provider.Offer
 			var err error
@@ -235,7 +258,7 @@ func (p *Provisioner) planProviders(ctx context.Context, rr *provider.ResourceRe
 				if err = pp.wait(ctx); err != nil {
 					break
 				}
-				got, err = pp.Plan(ctx, rr)
+				got, err = pp.Plan(ctx, asked)
 				pp.note(err)
 				if err == nil || provider.KindOf(err) != provider.Transient {
 					break
@@ -253,6 +276,9 @@ func (p *Provisioner) planProviders(ctx context.Context, rr *provider.ResourceRe
 			for _, o := range got {
 				if o.Provider == "" {
 					o.Provider = name
+				}
+				if pp.caps.DiskSize && o.DiskGB < rr.DiskGB {
+					o.DiskGB = rr.DiskGB // it creates the disk this large
 				}
 				if rr.Accepts(&o) {
 					offers = append(offers, o)
@@ -321,6 +347,39 @@ func (p *Provisioner) explainEmpty(ctx context.Context, req *Request) string {
 					most = max(most, o.GPUMemoryGB)
 				}
 				return fmt.Sprintf("the most offered is %d GB", most)
+			}})
+	}
+	if req.MinVCPUs > 0 {
+		filters = append(filters, filter{fmt.Sprintf("with %d vCPUs or more", req.MinVCPUs),
+			func(o *provider.Offer) bool { return o.VCPUs >= req.MinVCPUs },
+			func(left []provider.Offer) string {
+				most := 0
+				for _, o := range left {
+					most = max(most, o.VCPUs)
+				}
+				return fmt.Sprintf("the most offered is %d", most)
+			}})
+	}
+	if req.MinMemoryGB > 0 {
+		filters = append(filters, filter{fmt.Sprintf("with %g GB of memory or more", req.MinMemoryGB),
+			func(o *provider.Offer) bool { return o.MemoryGB >= req.MinMemoryGB },
+			func(left []provider.Offer) string {
+				most := 0.0
+				for _, o := range left {
+					most = max(most, o.MemoryGB)
+				}
+				return fmt.Sprintf("the most offered is %g GB", most)
+			}})
+	}
+	if req.DiskGB > 0 {
+		filters = append(filters, filter{fmt.Sprintf("with a %d GB disk", req.DiskGB),
+			func(o *provider.Offer) bool { return p.providers[o.Provider].caps.DiskSize || o.DiskGB >= req.DiskGB },
+			func(left []provider.Offer) string {
+				most := 0
+				for _, o := range left {
+					most = max(most, o.DiskGB)
+				}
+				return fmt.Sprintf("their providers cannot size disks, and the largest fixed disk is %d GB", most)
 			}})
 	}
 	if req.MaxPricePerHour > 0 {

@@ -59,6 +59,23 @@ type Request struct {
 	// Image overrides the providers' default image.
 	Image string `json:"image,omitempty"`
 
+	// MinVCPUs and MinMemoryGB are what the job needs of the machine
+	// besides its GPUs: offers with fewer vCPUs or less memory (or that do
+	// not say) are not planned. 0: any.
+	MinVCPUs    int     `json:"min_vcpus,omitempty"`
+	MinMemoryGB float64 `json:"min_memory_gb,omitempty"`
+	// DiskGB is the boot disk the job needs, in GB: providers that size
+	// disks create it this large; on the others, only offers whose fixed
+	// disk is as large are planned. 0: the provider's default.
+	DiskGB int `json:"disk_gb,omitempty"`
+	// Labels are put on every resource of the VM (instance, disk,
+	// firewall, key, where the cloud labels them) beside gpuprov's
+	// identity. They must fit the strictest cloud's rules
+	// (provider.ValidateUserLabels): lowercase keys starting with a letter,
+	// lowercase values, at most 63 characters, at most 40 labels. A
+	// provider that cannot label its resources is not planned.
+	Labels map[string]string `json:"labels,omitempty"`
+
 	// WaitForCapacity keeps the launch going when every offer is blocked
 	// or tried: instead of failing, the VM waits (state waiting, its next
 	// try journaled) until the earliest block on a planned offer expires or
@@ -159,6 +176,18 @@ func (r *Request) normalize(known map[string]bool) error {
 	if r.MaxOffers < 0 {
 		return &RequestError{"max_offers", "negative"}
 	}
+	if r.MinVCPUs < 0 || r.MinVCPUs > 4096 {
+		return &RequestError{"min_vcpus", fmt.Sprintf("%d is not between 0 and 4096", r.MinVCPUs)}
+	}
+	if r.MinMemoryGB < 0 || math.IsNaN(r.MinMemoryGB) || math.IsInf(r.MinMemoryGB, 0) {
+		return &RequestError{"min_memory_gb", fmt.Sprintf("%v is not an amount of GB", r.MinMemoryGB)}
+	}
+	if r.DiskGB < 0 || r.DiskGB > 65536 {
+		return &RequestError{"disk_gb", fmt.Sprintf("%d is not between 0 and 65536", r.DiskGB)}
+	}
+	if err := provider.ValidateUserLabels(r.Labels); err != nil {
+		return &RequestError{"labels", err.Error()}
+	}
 	if r.TTL < 0 {
 		return &RequestError{"ttl", "negative"}
 	}
@@ -177,5 +206,6 @@ func (r *Request) resources() *provider.ResourceRequest {
 	return &provider.ResourceRequest{
 		GPU: r.GPU, GPUCount: r.GPUCount, MinGPUMemoryGB: r.MinGPUMemoryGB,
 		MaxPricePerHour: r.MaxPricePerHour, Spot: r.Spot, Regions: r.Regions, Image: r.Image,
+		MinVCPUs: r.MinVCPUs, MinMemoryGB: r.MinMemoryGB, DiskGB: r.DiskGB,
 	}
 }

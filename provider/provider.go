@@ -147,6 +147,13 @@ type ResourceRequest struct {
 	// default). A provider that cannot run it offers nothing, and says why
 	// in Plan's error.
 	Image string `json:"image,omitempty"`
+	// MinVCPUs and MinMemoryGB are what the job needs of the machine
+	// besides its GPUs; DiskGB the boot disk size it needs. 0: any. An
+	// offer that does not say its vCPUs, memory or disk does not meet a
+	// minimum. Accepts checks them, so an adapter need not.
+	MinVCPUs    int     `json:"min_vcpus,omitempty"`
+	MinMemoryGB float64 `json:"min_memory_gb,omitempty"`
+	DiskGB      int     `json:"disk_gb,omitempty"`
 }
 
 // Accepts reports whether o satisfies r in the fields every cloud shares
@@ -175,6 +182,9 @@ func (r *ResourceRequest) Accepts(o *Offer) bool {
 			return false
 		}
 	}
+	if o.VCPUs < r.MinVCPUs || o.MemoryGB < r.MinMemoryGB || o.DiskGB < r.DiskGB {
+		return false
+	}
 	if len(r.Regions) > 0 {
 		found := false
 		for _, reg := range r.Regions {
@@ -202,6 +212,10 @@ type Offer struct {
 	MemoryGB     float64  `json:"memory_gb,omitempty"`
 	PricePerHour float64  `json:"price_per_hour"` // USD for the whole instance
 	Spot         bool     `json:"spot,omitempty"`
+	// DiskGB is the boot disk the instance gets, in GB; 0: unknown. A
+	// provider whose Capabilities.DiskSize is true creates the disk with
+	// this size, which the core raises to the request's DiskGB.
+	DiskGB int `json:"disk_gb,omitempty"`
 	// InStock says the cloud's own listing showed capacity for this offer
 	// when it was planned (a marketplace's stock, a region listed with
 	// capacity, the sim's availability); false: unknown or none. A launch
@@ -250,11 +264,22 @@ type InstanceSpec struct {
 	OpenPorts []Port
 	// Image overrides the provider's default image.
 	Image string
+	// UserLabels are the caller's labels (Request.Labels), valid under
+	// ValidateUserLabels. A provider whose Capabilities.Labels is true puts
+	// them on every resource it makes, beside the identity labels; the core
+	// gives none to a provider that cannot.
+	UserLabels map[string]string
 }
 
-// Labels returns the identity labels every resource of the VM carries.
+// Labels returns the labels every resource of the VM carries: the caller's
+// (UserLabels) and the identity labels, which win.
 func (s *InstanceSpec) Labels() map[string]string {
-	return map[string]string{LabelVM: s.VM, LabelInstallation: s.Installation}
+	m := make(map[string]string, len(s.UserLabels)+2)
+	for k, v := range s.UserLabels {
+		m[k] = v
+	}
+	m[LabelVM], m[LabelInstallation] = s.VM, s.Installation
+	return m
 }
 
 // Identity labels. Their values fit every cloud's label rules.
@@ -355,6 +380,14 @@ type Capabilities struct {
 	// account's API calls; zero means unlimited.
 	RequestsPerSecond float64
 	Burst             int
+	// DiskSize says Create sizes the boot disk to Offer.DiskGB. Without
+	// it, a request for a disk is met only by offers whose fixed DiskGB is
+	// large enough.
+	DiskSize bool
+	// Labels says Prepare and Create put InstanceSpec.UserLabels on every
+	// resource they make. Without it, a request with labels is not planned
+	// on the provider.
+	Labels bool
 }
 
 // Supports reports whether f is not listed as unsupported.

@@ -36,11 +36,13 @@ type Call struct {
 	Op       Op
 	VM       string
 	Location provider.Location
-	Offer    string    // offer key, for prepare and create
-	IDs      []string  // for delete
-	Token    string    // for create
-	Err      error     // what the fake answered
-	At       time.Time // when, on the fake's clock
+	Offer    string            // offer key, for prepare and create
+	IDs      []string          // for delete
+	Token    string            // for create
+	Labels   map[string]string // for prepare and create: spec.Labels()
+	DiskGB   int               // for create: the offer's disk
+	Err      error             // what the fake answered
+	At       time.Time         // when, on the fake's clock
 }
 
 // Rule scripts the answer to calls: when Match accepts a call, Err is
@@ -258,7 +260,7 @@ func sideKey(vm string, loc provider.Location) string { return vm + "|" + loc.St
 func (f *Fake) Prepare(ctx context.Context, o *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c := Call{Op: OpPrepare, VM: spec.VM, Location: o.Location, Offer: o.Key()}
+	c := Call{Op: OpPrepare, VM: spec.VM, Location: o.Location, Offer: o.Key(), Labels: spec.Labels()}
 	if err, _, ok := f.script(c); ok && err != nil {
 		c.Err = err
 		f.log(c)
@@ -273,7 +275,8 @@ func (f *Fake) Prepare(ctx context.Context, o *provider.Offer, spec *provider.In
 func (f *Fake) Create(ctx context.Context, o *provider.Offer, prepared json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c := Call{Op: OpCreate, VM: spec.VM, Location: o.Location, Offer: o.Key(), Token: spec.IdempotencyToken}
+	c := Call{Op: OpCreate, VM: spec.VM, Location: o.Location, Offer: o.Key(), Token: spec.IdempotencyToken,
+		Labels: spec.Labels(), DiskGB: o.DiskGB}
 	serr, land, matched := f.script(c)
 	if matched && serr != nil && !land {
 		c.Err = serr

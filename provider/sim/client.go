@@ -27,6 +27,7 @@ type wireOffer struct {
 	MemoryGB     float64 `json:"memory_gb"`
 	PricePerHour float64 `json:"price_per_hour"`
 	Spot         bool    `json:"spot"`
+	DiskGB       int     `json:"disk_gb"`
 	Availability string  `json:"availability"`
 }
 
@@ -66,6 +67,7 @@ type wireCreate struct {
 	SSHUser          string            `json:"ssh_user,omitempty"`
 	SSHKey           string            `json:"ssh_key,omitempty"`
 	Firewall         string            `json:"firewall,omitempty"`
+	DiskGB           int               `json:"disk_gb,omitempty"`
 }
 
 type wirePort struct {

@@ -10,6 +10,7 @@ import (
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/sim"
 	"github.com/org/gpuprov/provider/sim/simserver"
 )
@@ -144,5 +145,42 @@ func TestEngineTTLAndMaxCostReapedByAnotherProcess(t *testing.T) {
 		if row, _ := db.GetVM(context.Background(), name); row.State != journal.StateDeleted {
 			t.Errorf("%s is %s; want deleted", name, row.State)
 		}
+	}
+}
+
+// TestEngineJobNeedsReachTheSim: a request's disk size and labels reach the
+// sim's instance and firewall; its vCPU and memory needs pick the offer.
+func TestEngineJobNeedsReachTheSim(t *testing.T) {
+	e := newEngineEnv(t, simserver.Faults{}, sim.Config{})
+	req := engineReq("needs-1")
+	req.DiskGB, req.MinVCPUs, req.MinMemoryGB = 750, 100, 1000
+	req.GPUCount = 8 // only the 8-GPU machine has the vCPUs and memory
+	req.Labels = map[string]string{"team": "ml", "run": "exp-42"}
+	vm, err := e.p.Launch(context.Background(), req)
+	if err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	live := e.live(t, "needs-1")
+	if len(live) != 1 {
+		t.Fatalf("%d instances", len(live))
+	}
+	in := live[0]
+	if in.DiskGB != 750 || in.VCPUs < 100 || in.MemoryGB < 1000 || in.InstanceType != "gpu.h100.8x" {
+		t.Errorf("instance %s: disk %d GB, %d vCPUs, %g GB; want 750, ≥100, ≥1000", in.InstanceType, in.DiskGB, in.VCPUs, in.MemoryGB)
+	}
+	if in.Labels["team"] != "ml" || in.Labels["run"] != "exp-42" || in.Labels[provider.LabelVM] != "needs-1" {
+		t.Errorf("instance labels %v; want the request's beside the identity", in.Labels)
+	}
+	side, err := e.srv.SideResources(cloudName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fw := range side.Firewalls {
+		if fw.Labels[provider.LabelVM] == "needs-1" && fw.Labels["team"] != "ml" {
+			t.Errorf("firewall %s labels %v lack the request's", fw.Name, fw.Labels)
+		}
+	}
+	if vm.Request.DiskGB != 750 {
+		t.Errorf("the journaled request lost its disk: %+v", vm.Request)
 	}
 }

@@ -48,6 +48,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 			InstanceType: w.InstanceType, GPU: w.GPU, GPUCount: w.GPUCount, GPUMemoryGB: w.GPUMemoryGB,
 			VCPUs: w.VCPUs, MemoryGB: w.MemoryGB, PricePerHour: w.PricePerHour, Spot: w.Spot, Detail: detail,
 			InStock: w.Availability != "" && w.Availability != "none", // the sim's stock
+			DiskGB:  w.DiskGB,
 		}
 		if g, err := provider.CanonicalGPU(w.GPU); err == nil {
 			o.GPU = g
@@ -105,7 +106,7 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 		}
 	}
 	req := wireCreate{
-		OfferID: d.OfferID, Name: provider.ResourceName(spec.VM), Labels: spec.Labels(),
+		OfferID: d.OfferID, Name: provider.ResourceName(spec.VM), Labels: spec.Labels(), DiskGB: offer.DiskGB,
 		UserData: provider.CloudInit(spec), SSHUser: spec.SSHUser, SSHKey: pr.SSHKey, Firewall: pr.Firewall,
 	}
 	if !p.cfg.NoIdempotencyToken {

@@ -190,6 +190,8 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		ConsistencyWindow: orDefault(p.cfg.ConsistencyWindow, 2*time.Second),
 		RequestsPerSecond: p.cfg.RequestsPerSecond,
 		Burst:             p.cfg.Burst,
+		DiskSize:          true, // create's disk_gb
+		Labels:            true, // every resource takes labels
 	}
 	if p.cfg.NoIdempotencyToken {
 		c.Unsupported = append(c.Unsupported, provider.FeatureIdempotencyToken)

@@ -146,6 +146,9 @@ func (s *Server) listOffers(c *cloud, r *http.Request, _ []byte, _ time.Time) (i
 			if c.stockedOut(&of) {
 				of.Availability = AvailabilityNone
 			}
+			if of.DiskGB == 0 {
+				of.DiskGB = DefaultDiskGB
+			}
 			out = append(out, of)
 		}
 	}
@@ -168,6 +171,9 @@ func (s *Server) createInstance(c *cloud, _ *http.Request, body []byte, now time
 	of := c.offers[req.OfferID]
 	if of == nil {
 		return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "unknown offer_id %q", req.OfferID)
+	}
+	if req.DiskGB < 0 || req.DiskGB > MaxDiskGB {
+		return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "disk_gb %d is not between 0 and %d", req.DiskGB, MaxDiskGB)
 	}
 	if tok := req.IdempotencyToken; tok != "" && !c.cfg.IgnoreIdempotencyToken {
 		if in := s.lookup(c, c.tokens[tok]); in != nil {

@@ -147,6 +147,9 @@ type Offer struct {
 	PricePerHour float64 `json:"price_per_hour" toml:"price_per_hour"` // USD
 	// Spot offers may be preempted (Faults.PreemptionRate, Server.Preempt).
 	Spot bool `json:"spot" toml:"spot"`
+	// DiskGB is the boot disk an instance gets unless its create asks for
+	// a larger one; 0 means DefaultDiskGB.
+	DiskGB int `json:"disk_gb,omitempty" toml:"disk_gb,omitempty"`
 	// Availability is a hint ("high", "medium", "low"), not a promise, as
 	// marketplaces publish their stock. While a stockout fault covers the
 	// offer (Faults.StockoutOffers, StockoutRegions) the listing says

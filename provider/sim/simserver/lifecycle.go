@@ -250,7 +250,7 @@ func (s *Server) newInstance(c *cloud, of *Offer, req *createRequest, boot *boot
 			ID: c.newID(), Name: req.Name, Labels: maps.Clone(req.Labels), OfferID: of.ID,
 			Region: of.Region, Zone: of.Zone, InstanceType: of.InstanceType, GPU: of.GPU,
 			GPUCount: of.GPUCount, GPUMemoryGB: of.GPUMemoryGB, VCPUs: of.VCPUs, MemoryGB: of.MemoryGB,
-			PricePerHour: of.PricePerHour, Spot: of.Spot, Status: StatusProvisioning,
+			PricePerHour: of.PricePerHour, Spot: of.Spot, DiskGB: diskOf(of, req), Status: StatusProvisioning,
 			PublicIP: "127.0.0.1", HostKey: boot.hostKeyPublic, SSHKey: req.SSHKey, Firewall: req.Firewall,
 			CreatedAt: now,
 		},
@@ -277,4 +277,20 @@ func (s *Server) newInstance(c *cloud, of *Offer, req *createRequest, boot *boot
 	c.stats.Creates++
 	s.arm(c, in, now)
 	return in
+}
+
+// DefaultDiskGB is an offer's boot disk when its catalog entry sets none;
+// MaxDiskGB the largest a create may ask for.
+const (
+	DefaultDiskGB = 100
+	MaxDiskGB     = 16384
+)
+
+// diskOf is the boot disk size of an instance of of created by req.
+func diskOf(of *Offer, req *createRequest) int {
+	d := of.DiskGB
+	if d == 0 {
+		d = DefaultDiskGB
+	}
+	return max(d, req.DiskGB)
 }

@@ -49,6 +49,8 @@ type Instance struct {
 	MemoryGB     float64 `json:"memory_gb"`
 	PricePerHour float64 `json:"price_per_hour"`
 	Spot         bool    `json:"spot"`
+	// DiskGB is the boot disk's size.
+	DiskGB int `json:"disk_gb"`
 	// Status is one of the Status constants; StatusMessage says why a
 	// failed, preempted or stopping instance is so.
 	Status        string `json:"status"`
@@ -198,6 +200,9 @@ type createRequest struct {
 	SSHUser          string            `json:"ssh_user"`
 	SSHKey           string            `json:"ssh_key"`
 	Firewall         string            `json:"firewall"`
+	// DiskGB sizes the boot disk: at least the offer's, up to
+	// MaxDiskGB; 0 means the offer's.
+	DiskGB int `json:"disk_gb"`
 }
 
 type firewallRequest struct {
