@@ -142,7 +142,7 @@ func (p *Provider) instance(offer *provider.Offer, d offerDetail, pr prepared, s
 		Disks: []*computepb.AttachedDisk{{
 			Boot: proto(true), AutoDelete: proto(true),
 			InitializeParams: &computepb.AttachedDiskInitializeParams{
-				SourceImage: proto(pr.Image), DiskSizeGb: proto(int64(p.cfg.DiskSizeGB)),
+				SourceImage: proto(pr.Image), DiskSizeGb: proto(int64(max(p.cfg.DiskSizeGB, offer.DiskGB))),
 				DiskType: proto("zones/" + zone + "/diskTypes/pd-balanced"), Labels: spec.Labels(),
 			},
 		}},

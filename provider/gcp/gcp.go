@@ -337,6 +337,9 @@ func (p *Provider) Capabilities() provider.Capabilities {
 	return provider.Capabilities{
 		BootTimeout: c.BootTimeout, DeleteTimeout: c.DeleteTimeout, PollInterval: c.PollInterval,
 		ConsistencyWindow: c.ConsistencyWindow, RequestsPerSecond: c.RequestsPerSecond, Burst: c.Burst,
+		// The boot disk's diskSizeGb; labels on the instance and its disk
+		// (firewall rules take none: they select by network tag).
+		DiskSize: true, Labels: true,
 	}
 }
 

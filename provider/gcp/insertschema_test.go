@@ -3,6 +3,7 @@ package gcp_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -78,6 +79,8 @@ func TestInsertBodiesMatchDiscovery(t *testing.T) {
 		forceSpot bool // mark the offer Spot (the catalog prices no N1 Spot)
 		accel     string
 		model     string
+		disk      int               // the offer's disk, as the core raised it for Request.DiskGB
+		labels    map[string]string // Request.Labels
 	}{
 		{name: "on-demand L4 (g2), longest name", vm: longName, req: l4, zone: "us-central1-a"},
 		{name: "spot A100 x8 (a2)", vm: "spot-a100", req: provider.ResourceRequest{GPU: "A100-40GB", GPUCount: 8, Spot: provider.SpotOnly},
@@ -86,6 +89,8 @@ func TestInsertBodiesMatchDiscovery(t *testing.T) {
 			zone: "us-central1-b", accel: "nvidia-tesla-t4"},
 		{name: "spot T4 x4 as guest accelerators (n1)", vm: "spot-t4", req: provider.ResourceRequest{GPU: "T4", GPUCount: 4},
 			zone: "us-central1-b", forceSpot: true, accel: "nvidia-tesla-t4", model: "SPOT"},
+		{name: "the request's disk and labels", vm: "needs", req: l4, zone: "us-central1-a", disk: 750,
+			labels: map[string]string{"team": "ml", "cost_center": "r-and-d"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, mt := newCloud(t)
@@ -94,7 +99,12 @@ func TestInsertBodiesMatchDiscovery(t *testing.T) {
 			if tc.forceSpot {
 				o.Spot = true
 			}
-			sent := launchBodies(t, p, c, o, newSpec(t, tc.vm))
+			if tc.disk > 0 {
+				o.DiskGB = tc.disk
+			}
+			spec := newSpec(t, tc.vm)
+			spec.UserLabels = tc.labels
+			sent := launchBodies(t, p, c, o, spec)
 
 			for _, r := range []struct {
 				m   *discoveryMethod
@@ -127,6 +137,19 @@ func TestInsertBodiesMatchDiscovery(t *testing.T) {
 			}
 			if l := sub(in, "labels"); l[provider.LabelVM] != tc.vm || l[provider.LabelInstallation] != installation {
 				t.Fatalf("labels %v", l)
+			}
+			boot := sub(list(in, "disks")[0].(map[string]any), "initializeParams")
+			wantDisk := "200" // the default disk_size_gb (int64 travels as a JSON string)
+			if tc.disk > 0 {
+				wantDisk = fmt.Sprint(tc.disk)
+			}
+			if boot["diskSizeGb"] != wantDisk {
+				t.Fatalf("boot disk %v GB, want %s", boot["diskSizeGb"], wantDisk)
+			}
+			for k, v := range tc.labels {
+				if sub(in, "labels")[k] != v || sub(boot, "labels")[k] != v {
+					t.Fatalf("label %s=%s missing on the instance %v or its disk %v", k, v, sub(in, "labels"), sub(boot, "labels"))
+				}
 			}
 			// SSH reaches the VM only if the rule targets a tag it carries.
 			tags := list(sub(in, "tags"), "items")

@@ -85,6 +85,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 						Provider: p.name, Location: provider.Location{Region: rp.Region, Zone: zone},
 						InstanceType: m.InstanceType(), GPU: m.GPU, GPUCount: m.GPUCount, GPUMemoryGB: m.GPUMemoryGB,
 						VCPUs: m.VCPUs, MemoryGB: m.MemoryGB, PricePerHour: price, Spot: spot, Detail: detail,
+						DiskGB: p.cfg.DiskSizeGB, // the configured boot disk; Create makes it as large as the request's
 					}
 					if r.Accepts(&o) {
 						offers = append(offers, o)
