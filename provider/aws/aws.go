@@ -320,6 +320,9 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		ConsistencyWindow: orDefault(p.cfg.ConsistencyWindow, 30*time.Second),
 		RequestsPerSecond: cmpOr(p.cfg.RequestsPerSecond, 5),
 		Burst:             burst,
+		// The root volume's size (a block device mapping); tags on the
+		// instance, its volumes, its security group and key pair.
+		DiskSize: true, Labels: true,
 	}
 }
 

@@ -250,3 +250,61 @@ func TestCreateRejectsMissingDetail(t *testing.T) {
 		t.Fatalf("sent %d RunInstances without prepared data", n)
 	}
 }
+
+// TestRunInstancesTakesTheRequestsDiskAndLabels: an offer whose disk the core
+// sized (Request.DiskGB) launches with a root block device mapping of that
+// size on the image's root device (read with DescribeImages), and the
+// caller's labels are tags on the instance, its volumes, its security group
+// and its key pair beside the identity. A disk below the image's root
+// snapshot is refused at Prepare, before anything is launched.
+func TestRunInstancesTakesTheRequestsDiskAndLabels(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	spec := newSpec(t, "needs")
+	spec.UserLabels = map[string]string{"team": "ml", "cost_center": "r-and-d"}
+	ctx := context.Background()
+	o := e.offer(t, l4)
+	o.DiskGB = 750
+	prep, err := e.p.Prepare(ctx, &o, spec)
+	if err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	if _, err := e.p.Create(ctx, &o, prep, spec); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	r := e.f.requests("RunInstances")[0]
+	for key, want := range map[string]string{
+		"BlockDeviceMapping.1.DeviceName": "/dev/sda1", "BlockDeviceMapping.1.Ebs.VolumeSize": "750",
+		"BlockDeviceMapping.1.Ebs.VolumeType": "gp3", "BlockDeviceMapping.1.Ebs.DeleteOnTermination": "true",
+	} {
+		if got := r.Form.Get(key); got != want {
+			t.Errorf("%s = %q, want %q", key, got, want)
+		}
+	}
+	for _, rt := range []string{"instance", "volume"} {
+		if tags := tagsOf(t, r, rt); tags["team"] != "ml" || tags["cost_center"] != "r-and-d" || tags["gpuprov"] != "needs" {
+			t.Errorf("%s tags %v; want the caller's labels and the identity", rt, tags)
+		}
+	}
+	for _, action := range []string{"CreateSecurityGroup", "ImportKeyPair"} {
+		reqs := e.f.requests(action)
+		if len(reqs) == 0 {
+			t.Fatalf("no %s", action)
+		}
+		if tags := tagSpec(reqs[0].Form, map[string]string{"CreateSecurityGroup": "security-group", "ImportKeyPair": "key-pair"}[action]); tags["team"] != "ml" {
+			t.Errorf("%s tags %v lack the caller's labels", action, tags)
+		}
+	}
+
+	// Smaller than the image's 100 GB root snapshot: refused up front.
+	e2 := newEnv(t, awsConfig())
+	o2 := e2.offer(t, l4)
+	o2.DiskGB = 50
+	_, err = e2.p.Prepare(ctx, &o2, newSpec(t, "tiny"))
+	errKind(t, err, provider.InvalidRequest)
+	if !strings.Contains(err.Error(), "smaller than image") {
+		t.Errorf("error %q does not say the disk is below the image's", err)
+	}
+	if n := len(e2.f.requests("RunInstances")); n != 0 {
+		t.Errorf("%d RunInstances after a refused disk", n)
+	}
+}

@@ -229,6 +229,16 @@ func (f *fakeEC2) serve(req *http.Request) (*http.Response, error) {
 		}
 		return httpmock.NewStringResponse(200, fmt.Sprintf(`{"Parameter":{"Name":%q,"Type":"String","Value":%q,"Version":7}}`,
 			jsonField(r.Body, "Name"), f.ami)), nil
+	case "DescribeImages":
+		// The EC2 API Reference's DescribeImages response: imagesSet/item
+		// with rootDeviceName and blockDeviceMapping/item/ebs/volumeSize.
+		if r.Form.Get("ImageId.1") != testAMI {
+			return answer("DescribeImages", `<imagesSet/>`), nil
+		}
+		return answer("DescribeImages", `<imagesSet><item><imageId>`+testAMI+`</imageId><imageState>available</imageState>`+
+			`<rootDeviceType>ebs</rootDeviceType><rootDeviceName>/dev/sda1</rootDeviceName><blockDeviceMapping><item>`+
+			`<deviceName>/dev/sda1</deviceName><ebs><snapshotId>snap-0123456789abcdef0</snapshotId><volumeSize>100</volumeSize>`+
+			`<deleteOnTermination>true</deleteOnTermination><volumeType>gp3</volumeType></ebs></item></blockDeviceMapping></item></imagesSet>`), nil
 	case "RunInstances":
 		return f.runInstances(r), nil
 	case "DescribeInstances":

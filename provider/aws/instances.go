@@ -70,8 +70,8 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 			AssociatePublicIpAddress: awssdk.Bool(true), DeleteOnTermination: awssdk.Bool(true),
 		}},
 		TagSpecifications: []types.TagSpecification{
-			{ResourceType: types.ResourceTypeInstance, Tags: p.tags(spec.VM)},
-			{ResourceType: types.ResourceTypeVolume, Tags: p.tags(spec.VM)},
+			{ResourceType: types.ResourceTypeInstance, Tags: p.tags(spec)},
+			{ResourceType: types.ResourceTypeVolume, Tags: p.tags(spec)},
 		},
 		UserData:                          awssdk.String(base64.StdEncoding.EncodeToString([]byte(provider.CloudInit(spec)))),
 		InstanceInitiatedShutdownBehavior: types.ShutdownBehaviorTerminate,
@@ -79,6 +79,11 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	}
 	if pr.KeyName != "" {
 		in.KeyName = awssdk.String(pr.KeyName)
+	}
+	if offer.DiskGB > 0 && pr.RootDevice != "" {
+		in.BlockDeviceMappings = []types.BlockDeviceMapping{{DeviceName: awssdk.String(pr.RootDevice),
+			Ebs: &types.EbsBlockDevice{VolumeSize: awssdk.Int32(int32(offer.DiskGB)), VolumeType: types.VolumeTypeGp3,
+				DeleteOnTermination: awssdk.Bool(true)}}}
 	}
 	if d.Spot {
 		in.InstanceMarketOptions = &types.InstanceMarketOptionsRequest{MarketType: types.MarketTypeSpot,

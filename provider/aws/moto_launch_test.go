@@ -244,3 +244,63 @@ func TestMotoProvisionerFailsOverAnUnknownInstanceType(t *testing.T) {
 		}
 	}
 }
+
+// A launch with a boot disk size and labels on moto: moto's instance has a
+// root volume of that size on the image's root device (read by the adapter
+// through DescribeImages) and carries the labels as tags beside the
+// identity, as does its security group.
+func TestMotoProvisionerDiskAndLabels(t *testing.T) {
+	url := motoURL(t)
+	prov, db := newMotoProvisioner(t, url, aws.Config{Regions: []string{"us-east-1"}, Image: motoAMI})
+	ctx := context.Background()
+	const name = "moto-needs"
+	vm, err := prov.Launch(ctx, gpuprov.Request{Name: name, GPU: "L4", Timeout: time.Minute, DiskGB: 300,
+		Labels: map[string]string{"team": "ml"}})
+	if err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	raw := motoEC2(url)
+	opt := func(o *ec2.Options) { o.Region = "us-east-1" }
+	v := viewMoto(t, url, "us-east-1", db.Installation(), name)
+	if len(v.Instances) != 1 {
+		t.Fatalf("moto holds %d instances", len(v.Instances))
+	}
+	in := v.Instances[0]
+	tags := map[string]string{}
+	for _, tg := range in.Tags {
+		tags[awssdk.ToString(tg.Key)] = awssdk.ToString(tg.Value)
+	}
+	if tags["team"] != "ml" || tags[provider.LabelVM] != name {
+		t.Errorf("instance tags %v; want team=ml beside the identity", tags)
+	}
+	var rootVol string
+	for _, m := range in.BlockDeviceMappings {
+		if awssdk.ToString(m.DeviceName) == awssdk.ToString(in.RootDeviceName) && m.Ebs != nil {
+			rootVol = awssdk.ToString(m.Ebs.VolumeId)
+		}
+	}
+	if rootVol == "" {
+		t.Fatalf("moto's instance has no root volume on %s: %+v", awssdk.ToString(in.RootDeviceName), in.BlockDeviceMappings)
+	}
+	vols, err := raw.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{VolumeIds: []string{rootVol}}, opt)
+	if err != nil || len(vols.Volumes) != 1 {
+		t.Fatalf("DescribeVolumes %s: %v", rootVol, err)
+	}
+	if size := awssdk.ToInt32(vols.Volumes[0].Size); size != 300 {
+		t.Errorf("root volume is %d GB; want 300", size)
+	}
+	sgs, err := raw.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{GroupIds: v.SecurityGroups}, opt)
+	if err != nil || len(sgs.SecurityGroups) != 1 {
+		t.Fatalf("DescribeSecurityGroups: %v", err)
+	}
+	found := false
+	for _, tg := range sgs.SecurityGroups[0].Tags {
+		found = found || awssdk.ToString(tg.Key) == "team" && awssdk.ToString(tg.Value) == "ml"
+	}
+	if !found {
+		t.Errorf("security group tags %v lack team=ml", sgs.SecurityGroups[0].Tags)
+	}
+	if err := prov.Delete(ctx, vm.Name); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -24,6 +25,9 @@ type prepared struct {
 	SecurityGroup string `json:"security_group"`
 	KeyName       string `json:"key_name,omitempty"`
 	AMI           string `json:"ami"`
+	// RootDevice is the AMI's root device name, read when the offer asks
+	// for a boot disk size (Offer.DiskGB).
+	RootDevice string `json:"root_device,omitempty"`
 }
 
 func filter(name string, values ...string) types.Filter {
@@ -31,12 +35,16 @@ func filter(name string, values ...string) types.Filter {
 }
 
 // tags is the VM identity every resource carries.
-func (p *Provider) tags(vm string) []types.Tag {
-	return []types.Tag{
-		{Key: awssdk.String("Name"), Value: awssdk.String(provider.ResourceName(vm))},
-		{Key: awssdk.String(provider.LabelVM), Value: awssdk.String(vm)},
-		{Key: awssdk.String(provider.LabelInstallation), Value: awssdk.String(p.installation)},
+// tags are what every resource of the VM carries: its Name, the caller's
+// labels (InstanceSpec.UserLabels) and gpuprov's identity.
+func (p *Provider) tags(spec *provider.InstanceSpec) []types.Tag {
+	tags := []types.Tag{{Key: awssdk.String("Name"), Value: awssdk.String(provider.ResourceName(spec.VM))}}
+	for _, k := range slices.Sorted(maps.Keys(spec.UserLabels)) {
+		tags = append(tags, types.Tag{Key: awssdk.String(k), Value: awssdk.String(spec.UserLabels[k])})
 	}
+	return append(tags,
+		types.Tag{Key: awssdk.String(provider.LabelVM), Value: awssdk.String(spec.VM)},
+		types.Tag{Key: awssdk.String(provider.LabelInstallation), Value: awssdk.String(p.installation)})
 }
 
 func tagValue(tags []types.Tag, key string) string {
@@ -72,6 +80,11 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 	}
 	if pr.AMI, err = p.image(ctx, region, spec); err != nil {
 		return nil, err
+	}
+	if offer.DiskGB > 0 {
+		if pr.RootDevice, err = p.rootDevice(ctx, c, pr.AMI, offer.DiskGB); err != nil {
+			return nil, err
+		}
 	}
 	b, err := json.Marshal(pr)
 	if err != nil {
@@ -160,7 +173,7 @@ func (p *Provider) securityGroup(ctx context.Context, c *ec2.Client, vpc string,
 		out, e := c.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{
 			GroupName: awssdk.String(name), VpcId: awssdk.String(vpc),
 			Description:       awssdk.String("gpuprov VM " + spec.VM),
-			TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeSecurityGroup, Tags: p.tags(spec.VM)}},
+			TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeSecurityGroup, Tags: p.tags(spec)}},
 		})
 		if e == nil {
 			id = awssdk.ToString(out.GroupId)
@@ -214,7 +227,7 @@ func (p *Provider) keyPair(ctx context.Context, c *ec2.Client, spec *provider.In
 	err := p.call(ctx, "prepare", func(ctx context.Context) error {
 		_, e := c.ImportKeyPair(ctx, &ec2.ImportKeyPairInput{KeyName: awssdk.String(name),
 			PublicKeyMaterial: []byte(strings.TrimSpace(spec.AuthorizedKeys[0])),
-			TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeKeyPair, Tags: p.tags(spec.VM)}}})
+			TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeKeyPair, Tags: p.tags(spec)}}})
 		return e
 	})
 	if err != nil && !IsCode(err, "InvalidKeyPair.Duplicate") {
@@ -251,4 +264,32 @@ func (p *Provider) image(ctx context.Context, region string, spec *provider.Inst
 		return "", provider.Errorf(provider.Unavailable, p.name, "prepare", "SSM parameter %s in %s holds %q, not an AMI id", param, region, ami)
 	}
 	return ami, nil
+}
+
+// rootDevice returns the root device name of ami, for a block device
+// mapping that sizes the boot disk to diskGB, and refuses a size below the
+// image's own root snapshot (RunInstances would answer
+// InvalidBlockDeviceMapping). EC2 reference: DescribeImages (rootDeviceName,
+// blockDeviceMapping ebs.volumeSize).
+func (p *Provider) rootDevice(ctx context.Context, c *ec2.Client, ami string, diskGB int) (string, error) {
+	var out *ec2.DescribeImagesOutput
+	err := p.call(ctx, "prepare", func(ctx context.Context) (e error) {
+		out, e = c.DescribeImages(ctx, &ec2.DescribeImagesInput{ImageIds: []string{ami}})
+		return e
+	})
+	if err != nil {
+		return "", err
+	}
+	if len(out.Images) == 0 || awssdk.ToString(out.Images[0].RootDeviceName) == "" {
+		return "", provider.Errorf(provider.InvalidRequest, p.name, "prepare", "image %s has no root device to size", ami)
+	}
+	img := out.Images[0]
+	root := awssdk.ToString(img.RootDeviceName)
+	for _, m := range img.BlockDeviceMappings {
+		if awssdk.ToString(m.DeviceName) == root && m.Ebs != nil && int(awssdk.ToInt32(m.Ebs.VolumeSize)) > diskGB {
+			return "", provider.Errorf(provider.InvalidRequest, p.name, "prepare", "a %d GB boot disk is smaller than image %s's %d GB root snapshot",
+				diskGB, ami, awssdk.ToInt32(m.Ebs.VolumeSize))
+		}
+	}
+	return root, nil
 }
