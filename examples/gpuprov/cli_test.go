@@ -231,6 +231,7 @@ type simInstance struct {
 	ID     string            `json:"id"`
 	Status string            `json:"status"`
 	Labels map[string]string `json:"labels"`
+	DiskGB int               `json:"disk_gb"`
 }
 
 func (s *simServer) adminGet(t *testing.T, path string, into any) {

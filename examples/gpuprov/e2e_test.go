@@ -288,3 +288,48 @@ func TestCLIWaitForCapacityAcrossAKill(t *testing.T) {
 		t.Errorf("after down --all the sim runs %+v", live)
 	}
 }
+
+// TestCLIJobNeeds: offers filters and shows vCPUs, memory and disk; up puts
+// the labels and the disk size on the sim's instance.
+func TestCLIJobNeeds(t *testing.T) {
+	c := newCLIEnv(t)
+	sim := startSim(t, c, simTimings)
+	c.writeConfig(sim.config)
+
+	table := c.ok("offers", "--gpu", "h100", "--count", "8", "--min-vcpus", "100", "--disk", "500").stdout
+	if !strings.Contains(table, "DISK") || !strings.Contains(table, "500G") || strings.Contains(table, "gpu.h100.1x") {
+		t.Errorf("offers --min-vcpus 100 --disk 500 should list only big machines with a 500G disk:\n%s", table)
+	}
+	var offers []struct {
+		VCPUs  int `json:"vcpus"`
+		DiskGB int `json:"disk_gb"`
+	}
+	if err := json.Unmarshal([]byte(c.ok("offers", "--gpu", "h100", "--count", "8", "--min-vcpus", "100", "--disk", "500", "-o", "json").stdout), &offers); err != nil || len(offers) == 0 {
+		t.Fatalf("offers -o json: %v %+v", err, offers)
+	}
+	for _, o := range offers {
+		if o.VCPUs < 100 || o.DiskGB != 500 {
+			t.Errorf("offer %+v: want ≥100 vCPUs and a 500 GB disk", o)
+		}
+	}
+
+	c.ok("up", "--gpu", "h100", "--name", "needs-1", "--provider", "sim-a", "--timeout", "60s",
+		"--disk", "300", "--label", "team=ml", "--label", "run=exp-42")
+	live := sim.live(t)
+	if len(live) != 1 || live[0].Labels["team"] != "ml" || live[0].Labels["run"] != "exp-42" || live[0].DiskGB != 300 {
+		t.Fatalf("the sim runs %+v; want one instance with the labels and a 300 GB disk", live)
+	}
+	c.ok("down", "needs-1")
+
+	for _, args := range [][]string{
+		{"--label", "team"}, {"--label", "Team=ml"}, {"--label", "gpuprov-x=1"}, {"--disk", "0"}, {"--min-vcpus", "0"},
+	} {
+		r := c.run(append([]string{"up", "--gpu", "h100", "--name", "bad-1", "--provider", "sim-a"}, args...)...)
+		if r.code != 2 {
+			t.Errorf("up %v exited %d; want 2 (bad input)\n%s", args, r.code, r.stderr)
+		}
+	}
+	if live := sim.live(t); len(live) != 0 {
+		t.Errorf("bad input created %+v", live)
+	}
+}

@@ -267,6 +267,7 @@ func newOffersCmd(e *env) *cobra.Command {
 	fl.Lookup("spot").NoOptDefVal = "yes"
 	fl.StringArrayVar(&f.providers, "provider", nil, "restrict to this provider (repeatable)")
 	fl.StringArrayVar(&f.regions, "region", nil, "restrict to this region (repeatable)")
+	addNeedsFlags(fl, &f)
 	f.timeout = time.Minute
 	addOutputFlag(cmd, &out)
 	_ = cmd.RegisterFlagCompletionFunc("gpu", cobra.FixedCompletions(provider.GPUNames(), cobra.ShellCompDirectiveNoFileComp))
@@ -316,14 +317,21 @@ func offers(ctx context.Context, e *env, f *upFlags, out string) error {
 		return writeJSON(e.stdout, items)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROVIDER\tLOCATION\tTYPE\tGPU\tVCPU\tMEM\tPRICE/H\tSPOT\tNOTE")
+	fmt.Fprintln(tw, "PROVIDER\tLOCATION\tTYPE\tGPU\tVCPU\tMEM\tDISK\tPRICE/H\tSPOT\tNOTE")
 	for _, it := range items {
-		note := ""
+		var notes []string
 		if it.Blocked != nil {
-			note = fmt.Sprintf("blocked until %s (%s)", it.Blocked.Until.Local().Format("15:04"), it.Blocked.ErrorKind)
+			notes = append(notes, fmt.Sprintf("blocked until %s (%s)", it.Blocked.Until.Local().Format("15:04"), it.Blocked.ErrorKind))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s×%d\t%d\t%.0fG\t%s\t%v\t%s\n", it.Provider, it.Location, it.InstanceType,
-			it.GPU, it.GPUCount, it.VCPUs, it.MemoryGB, usd(it.PricePerHour), it.Spot, note)
+		if it.InStock {
+			notes = append(notes, "in stock")
+		}
+		disk := "-"
+		if it.DiskGB > 0 {
+			disk = fmt.Sprintf("%dG", it.DiskGB)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s×%d\t%d\t%.0fG\t%s\t%s\t%v\t%s\n", it.Provider, it.Location, it.InstanceType,
+			it.GPU, it.GPUCount, it.VCPUs, it.MemoryGB, disk, usd(it.PricePerHour), it.Spot, strings.Join(notes, "; "))
 	}
 	tw.Flush()
 	for name, perr := range res.Errors {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/k3s"
@@ -41,6 +42,10 @@ type upFlags struct {
 	waitPoll   time.Duration
 	ttl        time.Duration
 	maxCost    float64
+	minVCPUs   int
+	minMemory  float64
+	diskGB     int
+	labels     []string // KEY=VALUE
 
 	// changed reports whether the user typed a flag: only an absent flag
 	// takes its default, a typed zero is refused.
@@ -93,6 +98,7 @@ if this one is gone. 'gpuprov list' shows the time left.`,
 	fl.IntVar(&f.nodes, "nodes", 0, "launch a k3s cluster of N nodes (1 to 1000)")
 	fl.IntVar(&f.minNodes, "min-nodes", 0, "with --nodes: how many must be ready (default: all)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "with --nodes: write the cluster's kubeconfig to PATH (mode 0600)")
+	addNeedsFlags(fl, &f)
 	fl.BoolVar(&f.wait, "wait", false, "wait for capacity instead of failing when every offer is stocked out (until --timeout, 24h by default with --wait)")
 	fl.DurationVar(&f.waitPoll, "wait-poll", gpuprov.DefaultCapacityPoll, "with --wait: how often to replan while waiting")
 	fl.DurationVar(&f.ttl, "ttl", 0, "delete the VM once it has been ready this long (default: never)")
@@ -109,6 +115,20 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 		Name: f.name, GPU: f.gpu, GPUCount: f.count, MaxPricePerHour: f.maxPrice,
 		Providers: f.providers, Regions: f.regions, Timeout: f.timeout,
 		WaitForCapacity: f.wait, TTL: f.ttl, MaxCost: f.maxCost,
+		MinVCPUs: f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB,
+	}
+	for _, kv := range f.labels {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return req, usageErrorf("--label %q: want KEY=VALUE", kv)
+		}
+		if _, dup := req.Labels[k]; dup {
+			return req, usageErrorf("--label %s given twice", k)
+		}
+		if req.Labels == nil {
+			req.Labels = map[string]string{}
+		}
+		req.Labels[k] = v
 	}
 	if f.wait && (f.changed == nil || !f.changed("timeout")) {
 		req.Timeout = defaultWaitTimeout
@@ -161,6 +181,14 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 	return req, nil
 }
 
+// addNeedsFlags adds what a job needs of the machine, for up and offers.
+func addNeedsFlags(fl *pflag.FlagSet, f *upFlags) {
+	fl.IntVar(&f.minVCPUs, "min-vcpus", 0, "at least this many vCPUs (default: any)")
+	fl.Float64Var(&f.minMemory, "min-memory", 0, "at least this much memory, in GB (default: any)")
+	fl.IntVar(&f.diskGB, "disk", 0, "boot disk of this size in GB (default: the provider's)")
+	fl.StringArrayVar(&f.labels, "label", nil, "KEY=VALUE label on every resource of the VM (repeatable; lowercase, at most 63 characters)")
+}
+
 // checkNumbers refuses a numeric flag the user typed with a value out of
 // range, zero included: only an absent flag takes its default, so that
 // `--count 0` is an error and not a silent 1-GPU machine.
@@ -183,6 +211,12 @@ func (f *upFlags) checkNumbers() error {
 		return usageErrorf("--wait-poll needs --wait")
 	case typed("wait-poll") && f.waitPoll <= 0:
 		return usageErrorf("--wait-poll %v: want a positive duration such as 30s", f.waitPoll)
+	case typed("min-vcpus") && f.minVCPUs < 1:
+		return usageErrorf("--min-vcpus %d: want 1 or more (leave the flag out for any)", f.minVCPUs)
+	case typed("min-memory") && !(f.minMemory > 0 && !math.IsInf(f.minMemory, 0)):
+		return usageErrorf("--min-memory %v: want a positive number of GB (leave the flag out for any)", f.minMemory)
+	case typed("disk") && (f.diskGB < 1 || f.diskGB > 65536):
+		return usageErrorf("--disk %d: want 1 to 65536 GB (leave the flag out for the provider's default)", f.diskGB)
 	case typed("ttl") && f.ttl <= 0:
 		return usageErrorf("--ttl %v: want a positive duration such as 8h (leave the flag out for no limit)", f.ttl)
 	case typed("max-cost") && !(f.maxCost > 0 && !math.IsInf(f.maxCost, 0)):
