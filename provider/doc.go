@@ -15,11 +15,15 @@
 //
 //	method        must                                                    must not
 //	Name          the id recorded on every VM row                          -
-//	Capabilities  unsupported features, BootTimeout, DeleteTimeout,        -
-//	              PollInterval, ConsistencyWindow, API rate
+//	Capabilities  unsupported features, BootTimeout, DeleteTimeout,        claim DiskSize or Labels
+//	              PollInterval, ConsistencyWindow, API rate; DiskSize     it does not honour
+//	              and Labels when Create honours Offer.DiskGB and
+//	              Prepare/Create put InstanceSpec.UserLabels everywhere
 //	BindInstallation take the journal's installation id when built with   accept another id than
 //	              none (gpuprov.New calls it first); [BindInstallation]     the one it was built with
 //	Plan          offers cheapest first; what Create needs in Offer.Detail create anything
+//	              VCPUs, MemoryGB and the default DiskGB where known;
+//	              InStock only when the cloud's own listing says so
 //	Prepare       idempotent per (VM, location): firewall, key, image;     create the instance
 //	              the result is private JSON and is journaled
 //	Create        one attempt; label everything with the VM identity;      wait for running, or retry
@@ -30,6 +34,11 @@
 //	Cleanup       delete per-VM side resources; idempotent                 touch shared resources
 //	Diagnose      (optional, [Diagnoser]) read-only vendor view + findings mutate
 //	List          (optional, [Lister]) every instance of this installation mutate
+//
+// The core filters offers on the request's GPU memory, vCPUs, memory, disk,
+// price, spot and regions ([ResourceRequest.Accepts]) whatever Plan returned,
+// raises Offer.DiskGB to the request's on providers with DiskSize, and plans
+// a request with labels only on providers with Labels.
 //
 // Long waits belong to the core, which polls Observe at PollInterval. The one
 // exception is a bounded wait on a cloud operation whose result carries the
