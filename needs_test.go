@@ -76,10 +76,20 @@ func TestRequestNeedsFilterOffers(t *testing.T) {
 		t.Fatalf("creates on b: %+v; want one with a 500 GB disk", creates)
 	}
 
+	// A provider that sizes disks up to a limit: above it, its offer is out.
+	e2 := needsEnv(t)
+	e2.fake("b").Offers[0].MaxDiskGB = 400
+	req = h100("too-big-disk")
+	req.DiskGB = 500
+	_, err := e2.p.Launch(ctx, req)
+	if !errors.Is(err, gpuprov.ErrNoOffers) || !strings.Contains(err.Error(), "none with a 500 GB disk") {
+		t.Fatalf("launch above every disk limit: %v; want no offers, naming the disk filter", err)
+	}
+
 	// A need nothing meets says which and what there is.
 	req = h100("too-needy")
 	req.MinVCPUs = 1000
-	_, err := e.p.Launch(ctx, req)
+	_, err = e.p.Launch(ctx, req)
 	if !errors.Is(err, gpuprov.ErrNoOffers) || !strings.Contains(err.Error(), "none with 1000 vCPUs or more: the most offered is 96") {
 		t.Fatalf("launch: %v; want no offers, naming the vCPU filter and the most offered", err)
 	}
@@ -107,6 +117,9 @@ func TestRequestLabels(t *testing.T) {
 		{map[string]string{"team": "-x"}, `team="-x"`},
 		{map[string]string{"team": strings.Repeat("x", 64)}, "at most 63"},
 		{map[string]string{"cost:center": "x"}, `key "cost:center"`},
+		{map[string]string{"cost_center": "x"}, `key "cost_center"`}, // Lambda's tag keys take no '_'
+		{map[string]string{"t": "x"}, `key "t"`},                     // nor one character
+		{map[string]string{strings.Repeat("k", 56): "x"}, "2 to 55"},
 		{many, "41 labels; at most 40"},
 	} {
 		req := h100("labelled")
@@ -122,7 +135,7 @@ func TestRequestLabels(t *testing.T) {
 	}
 
 	req := h100("labelled")
-	req.Labels = map[string]string{"team": "ml", "cost_center": "r-and-d"}
+	req.Labels = map[string]string{"team": "ml", "cost-center": "r-and-d"}
 	res, err := e.p.Plan(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +151,7 @@ func TestRequestLabels(t *testing.T) {
 		t.Fatalf("launched on %s; only b can label", vm.Provider)
 	}
 	for _, c := range e.fake("b").Calls(pt.OpPrepare, pt.OpCreate) {
-		if c.Labels["team"] != "ml" || c.Labels["cost_center"] != "r-and-d" || c.Labels[provider.LabelVM] != "labelled" {
+		if c.Labels["team"] != "ml" || c.Labels["cost-center"] != "r-and-d" || c.Labels[provider.LabelVM] != "labelled" {
 			t.Errorf("%s on b got labels %v; want the caller's and the identity", c.Op, c.Labels)
 		}
 	}

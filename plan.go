@@ -277,7 +277,7 @@ func (p *Provisioner) planProviders(ctx context.Context, rr *provider.ResourceRe
 				if o.Provider == "" {
 					o.Provider = name
 				}
-				if pp.caps.DiskSize && o.DiskGB < rr.DiskGB {
+				if pp.caps.DiskSize && o.DiskGB < rr.DiskGB && (o.MaxDiskGB == 0 || rr.DiskGB <= o.MaxDiskGB) {
 					o.DiskGB = rr.DiskGB // it creates the disk this large
 				}
 				if rr.Accepts(&o) {
@@ -373,13 +373,15 @@ func (p *Provisioner) explainEmpty(ctx context.Context, req *Request) string {
 	}
 	if req.DiskGB > 0 {
 		filters = append(filters, filter{fmt.Sprintf("with a %d GB disk", req.DiskGB),
-			func(o *provider.Offer) bool { return p.providers[o.Provider].caps.DiskSize || o.DiskGB >= req.DiskGB },
+			func(o *provider.Offer) bool {
+				return o.DiskGB >= req.DiskGB || p.providers[o.Provider].caps.DiskSize && (o.MaxDiskGB == 0 || req.DiskGB <= o.MaxDiskGB)
+			},
 			func(left []provider.Offer) string {
 				most := 0
 				for _, o := range left {
 					most = max(most, o.DiskGB)
 				}
-				return fmt.Sprintf("their providers cannot size disks, and the largest fixed disk is %d GB", most)
+				return fmt.Sprintf("the largest disk offered is %d GB", most)
 			}})
 	}
 	if req.MaxPricePerHour > 0 {

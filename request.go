@@ -71,8 +71,9 @@ type Request struct {
 	// Labels are put on every resource of the VM (instance, disk,
 	// firewall, key, where the cloud labels them) beside gpuprov's
 	// identity. They must fit the strictest cloud's rules
-	// (provider.ValidateUserLabels): lowercase keys starting with a letter,
-	// lowercase values, at most 63 characters, at most 40 labels. A
+	// (provider.ValidateUserLabels): keys of 2 to 55 lowercase letters,
+	// digits and '-', values of at most 63 lowercase letters, digits, '_'
+	// and '-', at most 40 labels. A
 	// provider that cannot label its resources is not planned.
 	Labels map[string]string `json:"labels,omitempty"`
 

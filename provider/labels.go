@@ -16,12 +16,15 @@ const MaxUserLabels = 40
 //   - GCP labels: keys start with a lowercase letter; keys and values are
 //     lowercase letters, digits, '_' and '-', at most 63 characters
 //     (cloud.google.com/compute/docs/labeling-resources#requirements);
+//   - Lambda Cloud tags: keys match ^[a-z][a-z0-9-:]+$, at most 55
+//     characters, so no '_' and at least two characters (OpenAPI 1.8.3,
+//     RequestedTagEntry);
 //   - Kubernetes label values begin and end with an alphanumeric character
 //     (kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set);
 //   - AWS tag and Azure tag rules are looser (AWS: 128-character keys,
 //     256-character values, no "aws:" prefix; Azure: no <>%&\?/ in keys).
 var (
-	userLabelKeyRE   = regexp.MustCompile(`^[a-z]([a-z0-9_-]{0,61}[a-z0-9])?$`)
+	userLabelKeyRE   = regexp.MustCompile(`^[a-z][a-z0-9-]{0,53}[a-z0-9]$`)
 	userLabelValueRE = regexp.MustCompile(`^([a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?)?$`)
 )
 
@@ -44,7 +47,7 @@ func ValidateUserLabels(labels map[string]string) error {
 		case strings.HasPrefix(k, LabelVM):
 			return fmt.Errorf("key %q: keys starting with %q are gpuprov's own", k, LabelVM)
 		case !userLabelKeyRE.MatchString(k):
-			return fmt.Errorf("key %q: use 1 to 63 lowercase letters, digits, '_' and '-', starting with a letter and ending with a letter or digit", k)
+			return fmt.Errorf("key %q: use 2 to 55 lowercase letters, digits and '-', starting with a letter and ending with a letter or digit", k)
 		case !userLabelValueRE.MatchString(v):
 			return fmt.Errorf("%s=%q: use at most 63 lowercase letters, digits, '_' and '-', starting and ending with a letter or digit", k, v)
 		}

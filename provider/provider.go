@@ -216,6 +216,9 @@ type Offer struct {
 	// provider whose Capabilities.DiskSize is true creates the disk with
 	// this size, which the core raises to the request's DiskGB.
 	DiskGB int `json:"disk_gb,omitempty"`
+	// MaxDiskGB, on a provider that sizes disks, is the largest boot disk
+	// the offer takes; 0: no limit the adapter knows of.
+	MaxDiskGB int `json:"max_disk_gb,omitempty"`
 	// InStock says the cloud's own listing showed capacity for this offer
 	// when it was planned (a marketplace's stock, a region listed with
 	// capacity, the sim's availability); false: unknown or none. A launch

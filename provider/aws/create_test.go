@@ -260,7 +260,7 @@ func TestCreateRejectsMissingDetail(t *testing.T) {
 func TestRunInstancesTakesTheRequestsDiskAndLabels(t *testing.T) {
 	e := newEnv(t, awsConfig())
 	spec := newSpec(t, "needs")
-	spec.UserLabels = map[string]string{"team": "ml", "cost_center": "r-and-d"}
+	spec.UserLabels = map[string]string{"team": "ml", "cost-center": "r-and-d"}
 	ctx := context.Background()
 	o := e.offer(t, l4)
 	o.DiskGB = 750
@@ -281,7 +281,7 @@ func TestRunInstancesTakesTheRequestsDiskAndLabels(t *testing.T) {
 		}
 	}
 	for _, rt := range []string{"instance", "volume"} {
-		if tags := tagsOf(t, r, rt); tags["team"] != "ml" || tags["cost_center"] != "r-and-d" || tags["gpuprov"] != "needs" {
+		if tags := tagsOf(t, r, rt); tags["team"] != "ml" || tags["cost-center"] != "r-and-d" || tags["gpuprov"] != "needs" {
 			t.Errorf("%s tags %v; want the caller's labels and the identity", rt, tags)
 		}
 	}

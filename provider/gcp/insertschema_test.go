@@ -90,7 +90,7 @@ func TestInsertBodiesMatchDiscovery(t *testing.T) {
 		{name: "spot T4 x4 as guest accelerators (n1)", vm: "spot-t4", req: provider.ResourceRequest{GPU: "T4", GPUCount: 4},
 			zone: "us-central1-b", forceSpot: true, accel: "nvidia-tesla-t4", model: "SPOT"},
 		{name: "the request's disk and labels", vm: "needs", req: l4, zone: "us-central1-a", disk: 750,
-			labels: map[string]string{"team": "ml", "cost_center": "r-and-d"}},
+			labels: map[string]string{"team": "ml", "cost-center": "r-and-d"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, mt := newCloud(t)

@@ -92,7 +92,8 @@ func spec(vm string) *provider.InstanceSpec {
 	return &provider.InstanceSpec{VM: vm, Installation: installation, Attempt: 1, SSHUser: "ubuntu",
 		AuthorizedKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ5Vf0zdfBx5i9nRYkuGAOI4dqnA7BD6IVn0i60HNmDH user@host"},
 		HostKey:        &provider.HostKey{PrivatePEM: "-----BEGIN OPENSSH PRIVATE KEY-----\nHOSTKEYSECRET\n-----END OPENSSH PRIVATE KEY-----\n", Public: "ssh-ed25519 AAAAhost"},
-		OpenPorts:      []provider.Port{{Number: 6443, Protocol: "tcp"}}}
+		OpenPorts:      []provider.Port{{Number: 6443, Protocol: "tcp"}},
+		UserLabels:     map[string]string{"team": "ml", "cost-center": "r-and-d"}}
 }
 
 func (e *env) offer(t *testing.T) provider.Offer {

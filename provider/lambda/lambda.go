@@ -161,6 +161,7 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		ConsistencyWindow: orDefault(p.cfg.ConsistencyWindow, 10*time.Second),
 		RequestsPerSecond: p.cfg.RequestsPerSecond,
 		Burst:             p.cfg.Burst,
+		Labels:            true, // launch tags; SSH keys and firewall rulesets take none
 	}
 	if c.RequestsPerSecond == 0 {
 		c.RequestsPerSecond, c.Burst = 1, 1

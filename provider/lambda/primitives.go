@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -59,6 +60,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 				Provider: p.name, Location: provider.Location{Region: reg.Name}, InstanceType: t.Name,
 				GPU: g.Name, GPUCount: t.Specs.GPUs, GPUMemoryGB: g.MemoryGB, VCPUs: t.Specs.VCPUs,
 				MemoryGB: float64(t.Specs.MemoryGiB), PricePerHour: float64(t.PriceCentsPerHour) / 100, Detail: detail,
+				DiskGB: t.Specs.StorageGiB, // fixed per instance type: Lambda does not size disks
 			}
 			if r.Accepts(&o) {
 				offers = append(offers, o)
@@ -219,7 +221,7 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	in := wireLaunch{
 		RegionName: d.Region, InstanceTypeName: d.InstanceType, SSHKeyNames: []string{pr.SSHKey},
 		Name: InstanceName(spec.VM), UserData: provider.CloudInit(spec),
-		Tags: []wireTag{{Key: provider.LabelVM, Value: spec.VM}, {Key: provider.LabelInstallation, Value: p.installation}},
+		Tags: tags(spec, p.installation),
 	}
 	if pr.RulesetID != "" {
 		in.FirewallRulesets = []wireRulesetRef{{ID: pr.RulesetID}}
@@ -369,3 +371,14 @@ func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string
 // UnknownID returns an id shaped like Lambda's that no instance has, for
 // the conformance kit.
 func (p *Provider) UnknownID() string { return "0000000000000000000000000000dead" }
+
+// tags are the launch's tags: the caller's labels, then gpuprov's identity
+// (RequestedTagEntry: keys ^[a-z][a-z0-9-:]+$, which the core's label rules
+// keep to).
+func tags(spec *provider.InstanceSpec, installation string) []wireTag {
+	var out []wireTag
+	for _, k := range slices.Sorted(maps.Keys(spec.UserLabels)) {
+		out = append(out, wireTag{Key: k, Value: spec.UserLabels[k]})
+	}
+	return append(out, wireTag{Key: provider.LabelVM, Value: spec.VM}, wireTag{Key: provider.LabelInstallation, Value: installation})
+}

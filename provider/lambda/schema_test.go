@@ -163,3 +163,22 @@ func TestTheSchemaCatchesAMockThatStrays(t *testing.T) {
 		})
 	}
 }
+
+// TestLaunchCarriesTheRequestsLabelsAndTheTypesDisk: the caller's labels are
+// launch tags beside the identity (their keys pass RequestedTagEntry's
+// pattern, which the schema check above enforces on every launch body), and
+// an offer's disk is its instance type's storage_gib.
+func TestLaunchCarriesTheRequestsLabelsAndTheTypesDisk(t *testing.T) {
+	e := newEnv(t, lambda.Config{LaunchInterval: 1})
+	o, _ := e.launch(t, spec("tagged"))
+	if o.DiskGB <= 0 {
+		t.Errorf("offer %s has no disk; want its type's storage_gib", o.InstanceType)
+	}
+	ins := e.api.Instances()
+	if len(ins) != 1 {
+		t.Fatalf("%d instances", len(ins))
+	}
+	if tg := ins[0].Tags; tg["team"] != "ml" || tg["cost-center"] != "r-and-d" || tg[provider.LabelVM] != "tagged" || tg[provider.LabelInstallation] != installation {
+		t.Errorf("instance tags %v; want the caller's labels and the identity", tg)
+	}
+}

@@ -246,3 +246,30 @@ func TestFactory(t *testing.T) {
 		t.Fatalf("missing key: %v", err)
 	}
 }
+
+// TestCreateSizesTheDisk: an offer carries its availability's disk
+// (GpuAvailability.disk defaultCount and maxCount, in GB); a disk the core
+// raised for Request.DiskGB goes out as pod.diskSize (checked against the
+// vendor schema by the schema tests' transport too).
+func TestCreateSizesTheDisk(t *testing.T) {
+	e := newEnv(t, primeintellect.Config{})
+	o := e.offer(t)
+	if o.DiskGB != 100 || o.MaxDiskGB != 2000 {
+		t.Fatalf("offer disk %d GB (max %d); want the availability's 100 and 2000", o.DiskGB, o.MaxDiskGB)
+	}
+	o.DiskGB = 750
+	prep, err := e.p.Prepare(context.Background(), &o, spec("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Create(context.Background(), &o, prep, spec("big")); err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Pod struct{ DiskSize int }
+	}
+	creates := e.api.Calls(http.MethodPost, "/pods/")
+	if err := json.Unmarshal(creates[len(creates)-1].Body, &body); err != nil || body.Pod.DiskSize != 750 {
+		t.Fatalf("pod.diskSize %d (%v); want 750", body.Pod.DiskSize, err)
+	}
+}

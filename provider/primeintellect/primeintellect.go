@@ -187,6 +187,7 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		ConsistencyWindow: orDefault(p.cfg.ConsistencyWindow, 15*time.Second),
 		RequestsPerSecond: p.cfg.RequestsPerSecond,
 		Burst:             p.cfg.Burst,
+		DiskSize:          true, // pod.diskSize, up to the offer's disk.maxCount
 	}
 	if c.RequestsPerSecond == 0 {
 		c.RequestsPerSecond, c.Burst = 1, 3

@@ -97,6 +97,8 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 			GPU:          g.Name, GPUCount: it.GPUCount, GPUMemoryGB: cmp.Or(it.GPUMemory, g.MemoryGB),
 			VCPUs: it.VCPU.DefaultCount, MemoryGB: float64(it.Memory.DefaultCount),
 			PricePerHour: *price * float64(it.GPUCount), Spot: it.IsSpot, Detail: detail,
+			DiskGB: max(it.Disk.DefaultCount, p.cfg.DiskGB), MaxDiskGB: it.Disk.MaxCount, // GpuAvailability.disk, in GB
+			InStock: it.StockStatus != "" && it.StockStatus != "Unavailable",
 		}
 		if r.Accepts(&o) {
 			offers = append(offers, o)
@@ -220,8 +222,8 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	if d.Security != "" {
 		pod["security"] = d.Security
 	}
-	if p.cfg.DiskGB > 0 {
-		pod["diskSize"] = p.cfg.DiskGB
+	if disk := max(p.cfg.DiskGB, offer.DiskGB); disk > 0 {
+		pod["diskSize"] = disk // the configured disk_gb, or the request's (Offer.DiskGB)
 	}
 	body := map[string]any{"pod": pod, "provider": map[string]string{"type": d.Provider}}
 	if p.cfg.TeamID != "" {

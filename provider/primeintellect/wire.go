@@ -37,6 +37,10 @@ type wireAvailability struct {
 	Memory struct {
 		DefaultCount int `json:"defaultCount"`
 	} `json:"memory"`
+	Disk struct {
+		DefaultCount int `json:"defaultCount"`
+		MaxCount     int `json:"maxCount"`
+	} `json:"disk"`
 }
 
 type wirePortMapping struct {

@@ -76,6 +76,8 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 					InstanceType: fmt.Sprintf("%s x%d %s", g.ID, count, strings.ToLower(cloud)),
 					GPU:          model.Name, GPUCount: count, GPUMemoryGB: cmp.Or(g.Memory, model.MemoryGB),
 					PricePerHour: price * float64(count), Detail: detail,
+					DiskGB:  p.cfg.DiskGB, // the container disk ("disk", BaseContainerConfig); Create sizes it to the request's
+					InStock: dc.Availability != "",
 				}
 				if r.Accepts(&o) {
 					offers = append(offers, o)
@@ -128,7 +130,7 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, _ json.Raw
 	}
 	in := wireCreate{
 		Name: provider.ResourceName(spec.VM), Image: cmp.Or(spec.Image, p.cfg.Image),
-		GPU: wireGPU{ID: d.GPUTypeID, Count: d.Count}, Cloud: d.Cloud, Ports: []string{"22/tcp"}, Disk: p.cfg.DiskGB,
+		GPU: wireGPU{ID: d.GPUTypeID, Count: d.Count}, Cloud: d.Cloud, Ports: []string{"22/tcp"}, Disk: max(p.cfg.DiskGB, offer.DiskGB),
 		Env: map[string]string{EnvVM: spec.VM, EnvInstallation: p.installation, "PUBLIC_KEY": strings.Join(spec.AuthorizedKeys, "\n")},
 	}
 	if d.DataCenterID != "" {

@@ -156,6 +156,7 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		ConsistencyWindow: orDefault(p.cfg.ConsistencyWindow, 10*time.Second),
 		RequestsPerSecond: p.cfg.RequestsPerSecond,
 		Burst:             p.cfg.Burst,
+		DiskSize:          true, // the container disk; RunPod pods take no labels
 	}
 	if c.RequestsPerSecond == 0 {
 		c.RequestsPerSecond, c.Burst = 0.8, 10

@@ -2,6 +2,7 @@ package runpod_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"slices"
@@ -147,5 +148,25 @@ func TestTheSchemaCatchesAMockThatStrays(t *testing.T) {
 				t.Fatalf("the schema check let it through (or named the wrong field): %v", err)
 			}
 		})
+	}
+}
+
+// TestCreateSizesTheContainerDisk: an offer's disk is the configured
+// container disk; a disk the core raised for Request.DiskGB is sent as
+// "disk" (BaseContainerConfig: container disk in GB, minimum 1).
+func TestCreateSizesTheContainerDisk(t *testing.T) {
+	e := newEnv(t, runpod.Config{})
+	o, _ := e.launch(t, spec("small"))
+	if o.DiskGB != 50 {
+		t.Fatalf("offer disk %d GB; want the default container disk, 50", o.DiskGB)
+	}
+	o.DiskGB = 400
+	if _, err := e.p.Create(context.Background(), &o, nil, spec("big")); err != nil {
+		t.Fatal(err)
+	}
+	creates := e.api.Calls(http.MethodPost, "/pods")
+	var body struct{ Disk int }
+	if err := json.Unmarshal(creates[len(creates)-1].Body, &body); err != nil || body.Disk != 400 {
+		t.Fatalf("disk %d (%v); want 400", body.Disk, err)
 	}
 }

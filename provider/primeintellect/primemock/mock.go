@@ -229,7 +229,8 @@ func (a *API) route(r *http.Request, path string, body []byte) *http.Response {
 				"provider": it.Provider, "region": it.Region, "dataCenter": it.DataCenter, "country": it.Country,
 				"gpuCount": it.GPUCount, "gpuMemory": it.GPUMemory, "stockStatus": it.Stock, "security": it.Security,
 				"isSpot": it.Spot, "images": []string{"ubuntu_22_cuda_12", "cuda_12_4_pytorch_2_5"}, "prices": prices,
-				"vcpu": map[string]int{"defaultCount": 16}, "memory": map[string]int{"defaultCount": 128}})
+				"vcpu": map[string]int{"defaultCount": 16}, "memory": map[string]int{"defaultCount": 128},
+				"disk": map[string]int{"defaultCount": 100, "maxCount": 2000}}) // GpuAvailability.disk, a CustomSpecValue in GB
 		}
 		page, size := atoi(q.Get("page"), 1), atoi(q.Get("page_size"), 100)
 		lo, hi := min((page-1)*size, len(match)), min(page*size, len(match))
