@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -71,6 +72,7 @@ func (d *driver) spec(a *journal.Attempt) *provider.InstanceSpec {
 		VM: d.row.Name, Installation: d.p.j.Installation(), Attempt: a.N, IdempotencyToken: a.Token,
 		SSHUser: firstNonEmpty(d.req.SSHUser, d.p.sshUser), AuthorizedKeys: d.p.authKeys,
 		HostKey: d.hostKeys[a.N], OpenPorts: d.req.OpenPorts, Image: d.req.Image, UserLabels: d.req.Labels,
+		PlacementGroup: d.placementGroup,
 	}
 }
 
@@ -86,6 +88,22 @@ func firstNonEmpty(s ...string) string {
 // prepare runs Prepare and journals its result together with the intent to
 // create (phase create, the time the create is sent, the host key to pin).
 func (d *driver) prepare(ctx context.Context, pp *paced, o *provider.Offer, a *journal.Attempt) error {
+	if d.placementGroup != "" {
+		pg, ok := pp.CloudProvider.(provider.PlacementGrouper)
+		if !ok {
+			return provider.Errorf(provider.InvalidRequest, pp.Name(), "prepare", "compact placement is not supported")
+		}
+		labels := maps.Clone(d.req.Labels)
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[provider.LabelInstallation], labels[provider.LabelCluster] = d.p.j.Installation(), d.row.Cluster
+		if err := d.retry(ctx, pp, a, "prepare", func(ctx context.Context) error {
+			return pg.EnsurePlacementGroup(ctx, o.Location, d.placementGroup, labels)
+		}); err != nil {
+			return err
+		}
+	}
 	var prepared json.RawMessage
 	err := d.retry(ctx, pp, a, "prepare", func(ctx context.Context) error {
 		var err error

@@ -1,13 +1,17 @@
 package gpuprov
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
 )
 
 // EvClusterServer marks the node elected its cluster's server, journaled
@@ -23,6 +27,31 @@ type ClusterRequest struct {
 	MinNodes int
 	// Node is the request for each node; its Name is ignored.
 	Node Request
+	// Placement says how close together the nodes must be; "" is
+	// PlacementAny.
+	Placement Placement
+}
+
+// Placement is how close together a cluster's nodes are placed.
+type Placement string
+
+const (
+	// PlacementAny lets each node fail over on its own, wherever its
+	// cheapest offer is (nodes may land on different clouds).
+	PlacementAny Placement = "any"
+	// PlacementSameRegion puts every node in one provider's region.
+	PlacementSameRegion Placement = "same-region"
+	// PlacementSameZone puts every node in one zone of one provider.
+	PlacementSameZone Placement = "same-zone"
+	// PlacementCompact puts every node in one zone and in one placement
+	// group (an AWS cluster placement group, the sim's groups), on
+	// providers whose Capabilities.CompactPlacement is true.
+	PlacementCompact Placement = "compact"
+)
+
+// Placements lists the placements a ClusterRequest takes.
+func Placements() []Placement {
+	return []Placement{PlacementAny, PlacementSameRegion, PlacementSameZone, PlacementCompact}
 }
 
 // Cluster is a formed cluster.
@@ -57,6 +86,15 @@ func (p *Provisioner) LaunchCluster(ctx context.Context, req ClusterRequest) (*C
 	if min == 0 {
 		min = req.Nodes
 	}
+	if req.Placement == "" {
+		req.Placement = PlacementAny
+	}
+	if !slices.Contains(Placements(), req.Placement) {
+		return nil, &RequestError{"placement", fmt.Sprintf("%q: want one of %v", req.Placement, Placements())}
+	}
+	if req.Placement != PlacementAny && min != req.Nodes {
+		return nil, &RequestError{"min_nodes", fmt.Sprintf("%d: a cluster placed %s is all or nothing (leave min_nodes 0)", req.MinNodes, req.Placement)}
+	}
 	reqs := make([]Request, req.Nodes)
 	for i := range reqs {
 		reqs[i] = req.Node
@@ -77,18 +115,10 @@ func (p *Provisioner) LaunchCluster(ctx context.Context, req ClusterRequest) (*C
 			return nil, vmError(r.Name, err)
 		}
 	}
-	co := &coordinator{p: p, cluster: req.Name, changed: make(chan struct{})}
-	var join func(context.Context, Node, Conn) error
-	if p.joiner != nil {
-		join = co.join
+	if req.Placement != PlacementAny {
+		return p.launchPlaced(ctx, req, reqs)
 	}
-	cl := &Cluster{Name: req.Name, Nodes: make([]*VM, req.Nodes), Errors: map[string]error{}}
-	var wg sync.WaitGroup
-	errs := make([]error, req.Nodes)
-	for i := range reqs {
-		wg.Go(func() { cl.Nodes[i], errs[i] = p.launch(ctx, reqs[i], req.Name, join) })
-	}
-	wg.Wait()
+	cl, errs := p.launchNodes(ctx, req.Name, reqs, "", false)
 	ready := 0
 	for i, err := range errs {
 		if err != nil {
@@ -96,9 +126,6 @@ func (p *Provisioner) LaunchCluster(ctx context.Context, req ClusterRequest) (*C
 		} else {
 			ready++
 		}
-	}
-	if co.server != nil {
-		cl.Server, cl.URL, cl.Kubeconfig = co.server.Server.VM, co.server.URL, co.server.Kubeconfig
 	}
 	if ready >= min {
 		return cl, nil
@@ -120,6 +147,152 @@ func (p *Provisioner) LaunchCluster(ctx context.Context, req ClusterRequest) (*C
 		}
 	}
 	return cl, errors.Join(append(all, derrs...)...)
+}
+
+// launchNodes launches the nodes of cluster concurrently, each with its own
+// failover, and forms the cluster as they become ready. placementGroup,
+// when set, is the compact cluster's group every node is created in. With
+// failFast, the first node that fails cancels the others (a placed cluster
+// fails over as a whole).
+func (p *Provisioner) launchNodes(ctx context.Context, cluster string, reqs []Request, placementGroup string, failFast bool) (*Cluster, []error) {
+	co := &coordinator{p: p, cluster: cluster, changed: make(chan struct{})}
+	var join func(context.Context, Node, Conn) error
+	if p.joiner != nil {
+		join = co.join
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	cl := &Cluster{Name: cluster, Nodes: make([]*VM, len(reqs)), Errors: map[string]error{}}
+	var wg sync.WaitGroup
+	errs := make([]error, len(reqs))
+	for i := range reqs {
+		wg.Go(func() {
+			cl.Nodes[i], errs[i] = p.launchNode(ctx, reqs[i], cluster, join, placementGroup)
+			if errs[i] != nil && failFast {
+				cancel(fmt.Errorf("%w: node %s failed", errClusterMoves, reqs[i].Name))
+			}
+		})
+	}
+	wg.Wait()
+	if co.server != nil {
+		cl.Server, cl.URL, cl.Kubeconfig = co.server.Server.VM, co.server.URL, co.server.Kubeconfig
+	}
+	return cl, errs
+}
+
+// errClusterMoves cancels the other nodes of a placed cluster when one
+// fails: the cluster is relaunched as a whole elsewhere.
+var errClusterMoves = errors.New("the cluster moves to another location")
+
+// launchPlaced launches a cluster whose nodes must share one location (a
+// region, a zone, a placement group): it picks the cheapest location that
+// is not blocked and can hold the cluster, pins every node to it, and when
+// any node fails there (a stockout on the third node, say), cancels the
+// others, deletes every node and relaunches all of them in the next
+// location, up to the offers bound. Nothing of a location given up is left.
+func (p *Provisioner) launchPlaced(ctx context.Context, req ClusterRequest, reqs []Request) (*Cluster, error) {
+	maxRounds := cmp.Or(req.Node.MaxOffers, p.maxOffers)
+	tried := map[string]bool{}
+	var history []error
+	for round := 1; ; round++ {
+		if err := context.Cause(ctx); err != nil {
+			return nil, errors.Join(append([]error{errorf("cluster %s: %w", req.Name, err)}, history...)...)
+		}
+		if round > maxRounds {
+			return nil, errors.Join(append([]error{errorf("cluster %s: %w: tried %d locations (the bound)", req.Name, ErrOffersExhausted, maxRounds)}, history...)...)
+		}
+		loc, o, err := p.placeCluster(ctx, req, tried)
+		if err != nil {
+			return nil, errors.Join(append([]error{errorf("cluster %s: %w", req.Name, err)}, history...)...)
+		}
+		tried[loc] = true
+		pinned := make([]Request, len(reqs))
+		for i, r := range reqs {
+			r.Providers, r.Regions = []string{o.Provider}, []string{o.Location.Region}
+			if req.Placement != PlacementSameRegion {
+				r.Zones = []string{o.Location.Zone}
+			}
+			pinned[i] = r
+		}
+		group := ""
+		if req.Placement == PlacementCompact {
+			group = provider.PlacementGroupName(req.Name)
+		}
+		p.log.Info("cluster placed", "cluster", req.Name, "placement", req.Placement, "location", loc, "round", round)
+		cl, errs := p.launchNodes(ctx, req.Name, pinned, group, true)
+		var failed []error
+		for i, err := range errs {
+			if err != nil {
+				cl.Errors[pinned[i].Name] = err
+				failed = append(failed, err)
+			}
+		}
+		if len(failed) == 0 {
+			return cl, nil
+		}
+		// Give back what this location gave, whatever ctx says, and move on.
+		dctx := context.WithoutCancel(ctx)
+		for _, v := range cl.Nodes {
+			if v != nil && !v.State.Terminal() {
+				if err := p.Delete(dctx, v.Name); err != nil {
+					return cl, errors.Join(append([]error{errorf("cluster %s: deleting node %s after %s failed: %w", req.Name, v.Name, loc, err)}, failed...)...)
+				}
+			}
+		}
+		if group != "" {
+			// Every node there is gone: the group goes too, whichever node
+			// was the last (a cancelled node leaves it to the others).
+			pp := p.providers[o.Provider]
+			gctx, cancel := clock.WithDeadline(dctx, p.clock, p.clock.Now().Add(pp.caps.DeleteTimeout))
+			err := p.deletePlacementGroup(gctx, pp, o.Location, group)
+			cancel()
+			if err != nil {
+				return cl, errors.Join(append([]error{errorf("cluster %s: deleting placement group %s in %s after its nodes failed: %w", req.Name, group, loc, err)}, failed...)...)
+			}
+		}
+		history = append(history, fmt.Errorf("%s: %w", loc, errors.Join(failed...)))
+	}
+}
+
+// placeCluster picks the cheapest offer for the cluster's nodes whose
+// location (per req.Placement) is not in tried and not blocked, on a
+// provider that can place it.
+func (p *Provisioner) placeCluster(ctx context.Context, req ClusterRequest, tried map[string]bool) (string, *provider.Offer, error) {
+	nr := req.Node
+	nr.Name = req.Name + "-0"
+	if err := nr.normalize(p.providerSet()); err != nil {
+		return "", nil, err
+	}
+	res, err := p.plan(ctx, &nr)
+	if err != nil {
+		return "", nil, err
+	}
+	skipped := 0
+	for i := range res.Offers {
+		o := &res.Offers[i]
+		if req.Placement == PlacementCompact && !p.providers[o.Provider].caps.CompactPlacement {
+			continue
+		}
+		loc := o.Provider + "/" + o.Location.Region
+		if req.Placement != PlacementSameRegion {
+			loc += "/" + o.Location.Zone
+		}
+		if tried[loc] {
+			skipped++
+			continue
+		}
+		if _, blocked := blockedBy(o, res.blocks); blocked {
+			skipped++
+			continue
+		}
+		return loc, o, nil
+	}
+	what := "no offer"
+	if req.Placement == PlacementCompact {
+		what = "no offer on a provider that can place a compact cluster"
+	}
+	return "", nil, fmt.Errorf("%w for a %s cluster of %s×%d: %s left (%d planned, %d blocked or tried)%s", ErrNoOffers,
+		req.Placement, nr.GPU, nr.GPUCount, what, len(res.Offers), skipped, res.errorSummary())
 }
 
 // coordinator elects the cluster's server: the first node to reach the join

@@ -312,3 +312,59 @@ func TestClusterWithATakenNameLaunchesNothing(t *testing.T) {
 		t.Fatalf("gpu-0 was journaled: %v", err)
 	}
 }
+
+// TestPlacedClusterMovesAsAWhole: a same-zone cluster whose third node
+// meets a stockout in the cheapest zone gives that zone up entirely and
+// lands every node in the next one; a node failing over on its own (as
+// with placement any) would have split the cluster.
+func TestPlacedClusterMovesAsAWhole(t *testing.T) {
+	e := newEnv(t)
+	e.fake("a").Script(&pt.Rule{Op: pt.OpCreate, Match: func(c *pt.Call) bool { return c.VM == "z-2" && c.Location.Zone == "us-east-1a" },
+		Err: pe(provider.Capacity, "no capacity in us-east-1a"), Times: 1})
+	cl, err := e.p.LaunchCluster(context.Background(), gpuprov.ClusterRequest{Name: "z", Nodes: 3, Node: h100(""), Placement: gpuprov.PlacementSameZone})
+	if err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	for _, v := range cl.Nodes {
+		if v.State != gpuprov.StateReady || v.Location.Zone != "us-east-1b" {
+			t.Fatalf("node %s %s in %s; want every node ready in us-east-1b", v.Name, v.State, v.Location)
+		}
+	}
+	live := append(e.fake("a").Live(), e.fake("b").Live()...)
+	if len(live) != 3 {
+		t.Fatalf("%d live instances, want the cluster's 3", len(live))
+	}
+	for _, in := range live {
+		if in.Location.Zone != "us-east-1b" {
+			t.Fatalf("live instance %s in %s; want nothing outside us-east-1b", in.ID, in.Location)
+		}
+	}
+}
+
+// TestPlacementRefusedUpFront: an unknown placement, a partial minimum for
+// a placed cluster, and compact placement where no provider can place are
+// refused before anything is created.
+func TestPlacementRefusedUpFront(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		req  gpuprov.ClusterRequest
+		want string
+	}{
+		{gpuprov.ClusterRequest{Name: "p", Nodes: 2, Node: h100(""), Placement: "tight"}, `placement: "tight": want one of [any same-region same-zone compact]`},
+		{gpuprov.ClusterRequest{Name: "p", Nodes: 2, MinNodes: 1, Node: h100(""), Placement: gpuprov.PlacementSameRegion}, "all or nothing"},
+	} {
+		_, err := e.p.LaunchCluster(ctx, tc.req)
+		var re *gpuprov.RequestError
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err %v, want a RequestError saying %q", tc.req, err, tc.want)
+		}
+	}
+	_, err := e.p.LaunchCluster(ctx, gpuprov.ClusterRequest{Name: "p", Nodes: 2, Node: h100(""), Placement: gpuprov.PlacementCompact})
+	if !errors.Is(err, gpuprov.ErrNoOffers) || !strings.Contains(err.Error(), "no offer on a provider that can place a compact cluster") {
+		t.Fatalf("compact on providers without placement groups: %v", err)
+	}
+	if n := len(e.fake("a").Calls(pt.OpCreate, pt.OpPrepare)) + len(e.fake("b").Calls(pt.OpCreate, pt.OpPrepare)); n != 0 {
+		t.Fatalf("%d prepares or creates for refused clusters", n)
+	}
+}

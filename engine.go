@@ -65,6 +65,8 @@ type driver struct {
 	// fsync per failover; lost in a crash, Recover redoes the (idempotent)
 	// teardown.
 	pending *journal.Step
+	// placementGroup is the compact cluster's placement group, if any.
+	placementGroup string
 	// plan is the plan nextOffer read last (a wait for capacity reads its
 	// blocks).
 	plan *PlanResult
@@ -82,6 +84,9 @@ type journaledRequest struct {
 	// cluster, also when Recover finishes it. Absent (nil) in journals
 	// written before it existed.
 	JoinCluster *bool `json:"join_cluster,omitempty"`
+	// PlacementGroup is the placement group of a node of a compact
+	// cluster (provider.InstanceSpec.PlacementGroup).
+	PlacementGroup string `json:"placement_group,omitempty"`
 }
 
 func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {
@@ -90,7 +95,7 @@ func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {
 	if err := json.Unmarshal(row.Request, &jr); err != nil {
 		return nil, fmt.Errorf("gpuprov: VM %s: journaled request does not parse: %w", row.Name, err)
 	}
-	d.req = jr.Request
+	d.req, d.placementGroup = jr.Request, jr.PlacementGroup
 	if row.Cluster != "" {
 		// Journals from before JoinCluster: a node joins when this process
 		// can form clusters.

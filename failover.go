@@ -134,6 +134,7 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 	if err := d.retry(dctx, pp, a, "cleanup", func(ctx context.Context) error { return pp.Cleanup(ctx, loc, d.row.Name) }); err != nil {
 		return fmt.Errorf("cleaning up attempt %d in %s/%s: %w", a.N, a.Provider, loc, err)
 	}
+	d.dropPlacementGroup(dctx, pp, loc)
 	a.State, a.CleanedUp, a.EndedAt = journal.AttemptTornDown, true, d.now()
 	if d.row.Attempt == a.N {
 		d.row.InstanceID, d.row.SSHHost, d.row.SSHPort = "", "", 0
@@ -322,4 +323,59 @@ func (d *driver) nextOffer(ctx context.Context) (*provider.Offer, error) {
 	}
 	return nil, fmt.Errorf("%w for %s×%d: %d planned, %d blocked, %d tried%s", ErrNoOffers,
 		d.req.GPU, d.req.GPUCount, len(res.Offers), blocked, len(d.tried), res.errorSummary())
+}
+
+// dropPlacementGroup deletes the compact cluster's placement group once
+// this node's instances are gone, unless another node of the cluster still
+// means to use it (active and not being deleted): the last node of the
+// cluster removes it. Nodes deleted together all try, and wait out the
+// cloud's lag (ErrInUse) until it is gone. A failure leaves the group,
+// which costs nothing, to the next node's teardown or the cluster's
+// relocation; it does not fail this teardown.
+func (d *driver) dropPlacementGroup(ctx context.Context, pp *paced, loc provider.Location) {
+	if d.placementGroup == "" {
+		return
+	}
+	if _, ok := pp.CloudProvider.(provider.PlacementGrouper); !ok {
+		return
+	}
+	if d.row.Cluster != "" {
+		rows, err := d.p.j.ListVMs(ctx, journal.ListOptions{Cluster: d.row.Cluster})
+		if err != nil {
+			d.p.log.Warn("placement group left: cannot read the cluster's nodes", "vm", d.row.Name, "group", d.placementGroup, "err", err)
+			return
+		}
+		for _, r := range rows {
+			if r.Name != d.row.Name && r.Region == loc.Region && r.Provider == pp.Name() &&
+				!r.State.Terminal() && r.State != journal.StateDeleting {
+				return // r keeps using it
+			}
+		}
+	}
+	if err := d.p.deletePlacementGroup(ctx, pp, loc, d.placementGroup); err != nil {
+		d.p.log.Warn("placement group left", "vm", d.row.Name, "group", d.placementGroup, "location", loc, "err", err)
+	}
+}
+
+// deletePlacementGroup deletes group in loc, retrying transient errors and
+// a group still in use (instances of it still terminating) with the core's
+// backoff, until ctx ends.
+func (p *Provisioner) deletePlacementGroup(ctx context.Context, pp *paced, loc provider.Location, group string) error {
+	pg, ok := pp.CloudProvider.(provider.PlacementGrouper)
+	if !ok {
+		return nil
+	}
+	for n := 0; ; n++ {
+		if err := pp.wait(ctx); err != nil {
+			return err
+		}
+		err := pg.DeletePlacementGroup(ctx, loc, group)
+		pp.note(err)
+		if err == nil || (!errors.Is(err, provider.ErrInUse) && provider.KindOf(err) != provider.Transient) {
+			return err
+		}
+		if serr := p.clock.Sleep(ctx, p.backoff.Delay(n, provider.RetryAfterOf(err))); serr != nil {
+			return errors.Join(serr, err)
+		}
+	}
 }

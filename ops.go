@@ -23,10 +23,16 @@ func (p *Provisioner) Launch(ctx context.Context, req Request) (*VM, error) {
 }
 
 func (p *Provisioner) launch(ctx context.Context, req Request, cluster string, join func(context.Context, Node, Conn) error) (*VM, error) {
+	return p.launchNode(ctx, req, cluster, join, "")
+}
+
+// launchNode is launch for a node of a compact cluster too, created in
+// placementGroup.
+func (p *Provisioner) launchNode(ctx context.Context, req Request, cluster string, join func(context.Context, Node, Conn) error, placementGroup string) (*VM, error) {
 	if err := req.normalize(p.providerSet()); err != nil {
 		return nil, err
 	}
-	jr := journaledRequest{Request: req}
+	jr := journaledRequest{Request: req, PlacementGroup: placementGroup}
 	if cluster != "" {
 		jr.JoinCluster = new(join != nil)
 	}

@@ -330,6 +330,13 @@ func (p *Provisioner) explainEmpty(ctx context.Context, req *Request) string {
 				return "they are in " + distinct(left, func(o *provider.Offer) string { return o.Location.Region })
 			}})
 	}
+	if len(req.Zones) > 0 {
+		filters = append(filters, filter{"in zones " + strings.Join(req.Zones, ", "),
+			func(o *provider.Offer) bool { return slices.Contains(req.Zones, o.Location.Zone) },
+			func(left []provider.Offer) string {
+				return "they are in " + distinct(left, func(o *provider.Offer) string { return o.Location.Zone })
+			}})
+	}
 	switch req.Spot {
 	case provider.OnDemand:
 		filters = append(filters, filter{"on-demand", func(o *provider.Offer) bool { return !o.Spot },

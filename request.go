@@ -46,6 +46,9 @@ type Request struct {
 	Providers []string `json:"providers,omitempty"`
 	// Regions restricts the launch to these regions; empty: all.
 	Regions []string `json:"regions,omitempty"`
+	// Zones restricts the launch to these zones; empty: all. (A cluster
+	// placed in one zone pins each node's Providers, Regions and Zones.)
+	Zones []string `json:"zones,omitempty"`
 	// Timeout bounds the whole launch, measured on the Provisioner's clock
 	// (the caller's context bounds it too); 0 means DefaultTimeout.
 	Timeout time.Duration `json:"timeout,omitempty"`
@@ -207,6 +210,6 @@ func (r *Request) resources() *provider.ResourceRequest {
 	return &provider.ResourceRequest{
 		GPU: r.GPU, GPUCount: r.GPUCount, MinGPUMemoryGB: r.MinGPUMemoryGB,
 		MaxPricePerHour: r.MaxPricePerHour, Spot: r.Spot, Regions: r.Regions, Image: r.Image,
-		MinVCPUs: r.MinVCPUs, MinMemoryGB: r.MinMemoryGB, DiskGB: r.DiskGB,
+		MinVCPUs: r.MinVCPUs, MinMemoryGB: r.MinMemoryGB, DiskGB: r.DiskGB, Zones: r.Zones,
 	}
 }

@@ -3,7 +3,9 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -143,6 +145,9 @@ type ResourceRequest struct {
 	MaxPricePerHour float64    `json:"max_price_per_hour,omitempty"` // 0: no limit
 	Spot            SpotPolicy `json:"spot,omitempty"`
 	Regions         []string   `json:"regions,omitempty"` // empty: the provider's configured regions
+	// Zones restricts offers to these zones; empty: any. A cluster placed
+	// in one zone pins its nodes here.
+	Zones []string `json:"zones,omitempty"`
 	// Image is the request's image override (empty: the provider's
 	// default). A provider that cannot run it offers nothing, and says why
 	// in Plan's error.
@@ -183,6 +188,9 @@ func (r *ResourceRequest) Accepts(o *Offer) bool {
 		}
 	}
 	if o.VCPUs < r.MinVCPUs || o.MemoryGB < r.MinMemoryGB || o.DiskGB < r.DiskGB {
+		return false
+	}
+	if len(r.Zones) > 0 && !slices.Contains(r.Zones, o.Location.Zone) {
 		return false
 	}
 	if len(r.Regions) > 0 {
@@ -272,6 +280,9 @@ type InstanceSpec struct {
 	// them on every resource it makes, beside the identity labels; the core
 	// gives none to a provider that cannot.
 	UserLabels map[string]string
+	// PlacementGroup names the placement group (PlacementGrouper) the
+	// instance must be created in, for a compact cluster; empty: none.
+	PlacementGroup string
 }
 
 // Labels returns the labels every resource of the VM carries: the caller's
@@ -289,6 +300,8 @@ func (s *InstanceSpec) Labels() map[string]string {
 const (
 	LabelVM           = "gpuprov"
 	LabelInstallation = "gpuprov-installation"
+	// LabelCluster names the cluster a placement group belongs to.
+	LabelCluster = "gpuprov-cluster"
 )
 
 // ResourceName is the name every per-VM resource (instance, key, firewall)
@@ -391,7 +404,36 @@ type Capabilities struct {
 	// resource they make. Without it, a request with labels is not planned
 	// on the provider.
 	Labels bool
+	// CompactPlacement says the provider implements PlacementGrouper and
+	// Create honours InstanceSpec.PlacementGroup. Without it, a compact
+	// cluster is not planned on the provider.
+	CompactPlacement bool
 }
+
+// PlacementGrouper is a provider that can place a cluster's instances close
+// together (an AWS cluster placement group, a GCP compact placement policy,
+// the sim's placement groups). The group is a per-cluster side resource: the
+// core ensures it before each node's Prepare, hands its name to Create in
+// InstanceSpec.PlacementGroup, and deletes it once the cluster's last node
+// in the location is torn down.
+type PlacementGrouper interface {
+	// EnsurePlacementGroup makes the group name in loc's region with
+	// labels (the installation and cluster identity, the caller's labels),
+	// or adopts it when it exists; idempotent.
+	EnsurePlacementGroup(ctx context.Context, loc Location, name string, labels map[string]string) error
+	// DeletePlacementGroup deletes the group name in loc's region. A group
+	// that is gone is success; one that instances still use is an error
+	// matching ErrInUse.
+	DeletePlacementGroup(ctx context.Context, loc Location, name string) error
+}
+
+// ErrInUse is matched (errors.Is) by a DeletePlacementGroup error for a
+// group that instances still use.
+var ErrInUse = errors.New("still in use")
+
+// PlacementGroupName is the name of cluster's placement group:
+// gpuprov-<cluster>.
+func PlacementGroupName(cluster string) string { return "gpuprov-" + cluster }
 
 // Supports reports whether f is not listed as unsupported.
 func (c Capabilities) Supports(f Feature) bool {

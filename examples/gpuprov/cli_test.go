@@ -232,6 +232,9 @@ type simInstance struct {
 	Status string            `json:"status"`
 	Labels map[string]string `json:"labels"`
 	DiskGB int               `json:"disk_gb"`
+	Zone   string            `json:"zone"`
+	// PlacementGroup is the compact cluster's group the instance is in.
+	PlacementGroup string `json:"placement_group"`
 }
 
 func (s *simServer) adminGet(t *testing.T, path string, into any) {

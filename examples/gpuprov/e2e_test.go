@@ -333,3 +333,33 @@ func TestCLIJobNeeds(t *testing.T) {
 		t.Errorf("bad input created %+v", live)
 	}
 }
+
+// TestCLICompactCluster: `up --nodes 2 --placement compact` on the sim puts
+// both nodes in one zone and one placement group, the cheapest zone having
+// stock for only one of them; `down --all` leaves no instance and no group.
+func TestCLICompactCluster(t *testing.T) {
+	c := newCLIEnv(t)
+	sim := startSim(t, c, simTimings)
+	c.writeConfig(sim.config)
+	sim.adminPut(t, "/admin/clouds/sim-a/faults", map[string]any{"offer_stock": map[string]int{"a-h100x1-use1a": 1}})
+
+	out := c.ok("up", "--gpu", "h100", "--name", "tight", "--provider", "sim-a", "--timeout", "120s",
+		"--nodes", "2", "--placement", "compact").stdout
+	live := sim.live(t)
+	if len(live) != 2 || live[0].Zone != live[1].Zone || live[0].Zone == "us-east-1a" ||
+		live[0].PlacementGroup != "gpuprov-tight" || live[1].PlacementGroup != "gpuprov-tight" {
+		t.Fatalf("the sim runs %+v; want both nodes in one zone past the stocked-out us-east-1a, in group gpuprov-tight\n%s", live, out)
+	}
+	var res struct {
+		PlacementGroups []struct{ Name, Region string } `json:"placement_groups"`
+	}
+	sim.adminGet(t, "/admin/clouds/sim-a/resources", &res)
+	if len(res.PlacementGroups) != 1 {
+		t.Fatalf("placement groups %+v; want the cluster's one", res.PlacementGroups)
+	}
+	c.ok("down", "--all")
+	sim.adminGet(t, "/admin/clouds/sim-a/resources", &res)
+	if live := sim.live(t); len(live) != 0 || len(res.PlacementGroups) != 0 {
+		t.Fatalf("after down --all: instances %+v, placement groups %+v; want none", live, res.PlacementGroups)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,6 +39,7 @@ type upFlags struct {
 	nodes      int
 	minNodes   int
 	kubeconfig string
+	placement  string
 	wait       bool
 	waitPoll   time.Duration
 	ttl        time.Duration
@@ -71,6 +73,12 @@ stockout block expires or a provider's listing shows the offer back in stock,
 until --timeout (24h by default with --wait). A killed wait is resumed by
 'gpuprov recover'.
 
+With --nodes, --placement keeps the cluster together: same-region or
+same-zone puts every node in one provider's region or zone, and compact in one
+zone and one placement group (where the provider has them: aws, gcp, sim). A
+placed cluster is all or nothing: when a node meets a stockout, every node is
+torn down and the whole cluster is launched again in the next location.
+
 --ttl and --max-cost put the VM on a leash: it is deleted once it has been
 ready that long, or once its cost reaches the cap, by whichever gpuprov
 process next runs 'gpuprov recover' (or a service with the reaper on), even
@@ -78,6 +86,7 @@ if this one is gone. 'gpuprov list' shows the time left.`,
 		Example: `  gpuprov up --gpu h100 --name train-1
   gpuprov up --gpu h100 --count 8 --max-price 25 --provider aws --region us-east-1
   gpuprov up --gpu h100 --nodes 3 --name k --kubeconfig ./k.yaml
+  gpuprov up --gpu h100 --count 8 --nodes 4 --placement compact --name train
   gpuprov up --gpu h100 --count 8 --wait --timeout 12h --ttl 8h --max-cost 200`,
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
@@ -98,12 +107,14 @@ if this one is gone. 'gpuprov list' shows the time left.`,
 	fl.IntVar(&f.nodes, "nodes", 0, "launch a k3s cluster of N nodes (1 to 1000)")
 	fl.IntVar(&f.minNodes, "min-nodes", 0, "with --nodes: how many must be ready (default: all)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "with --nodes: write the cluster's kubeconfig to PATH (mode 0600)")
+	fl.StringVar(&f.placement, "placement", string(gpuprov.PlacementAny), "with --nodes: any, same-region, same-zone or compact (one zone, one placement group; the cluster moves as a whole on a stockout)")
 	addNeedsFlags(fl, &f)
 	fl.BoolVar(&f.wait, "wait", false, "wait for capacity instead of failing when every offer is stocked out (until --timeout, 24h by default with --wait)")
 	fl.DurationVar(&f.waitPoll, "wait-poll", gpuprov.DefaultCapacityPoll, "with --wait: how often to replan while waiting")
 	fl.DurationVar(&f.ttl, "ttl", 0, "delete the VM once it has been ready this long (default: never)")
 	fl.Float64Var(&f.maxCost, "max-cost", 0, "delete the VM once its cost reaches this many USD (default: no cap)")
 	_ = cmd.RegisterFlagCompletionFunc("gpu", cobra.FixedCompletions(provider.GPUNames(), cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("placement", cobra.FixedCompletions(placementNames(), cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("spot", cobra.FixedCompletions([]string{"no", "yes", "any"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
@@ -207,6 +218,12 @@ func (f *upFlags) checkNumbers() error {
 		return usageErrorf("--min-nodes needs --nodes")
 	case typed("min-nodes") && (f.minNodes < 1 || f.minNodes > f.nodes):
 		return usageErrorf("--min-nodes %d: want 1 to --nodes (%d)", f.minNodes, f.nodes)
+	case typed("placement") && !typed("nodes"):
+		return usageErrorf("--placement needs --nodes")
+	case typed("placement") && !slices.Contains(placementNames(), f.placement):
+		return usageErrorf("--placement %q: want one of %s", f.placement, strings.Join(placementNames(), ", "))
+	case typed("placement") && f.placement != string(gpuprov.PlacementAny) && typed("min-nodes") && f.minNodes != f.nodes:
+		return usageErrorf("--min-nodes %d: a cluster placed %s is all or nothing", f.minNodes, f.placement)
 	case typed("wait-poll") && !f.wait:
 		return usageErrorf("--wait-poll needs --wait")
 	case typed("wait-poll") && f.waitPoll <= 0:
@@ -273,7 +290,8 @@ func up(ctx context.Context, e *env, f *upFlags) error {
 		fmt.Fprintf(e.stdout, "  gpuprov ssh %s          # log in\n  gpuprov down %s         # delete it\n", vm.Name, vm.Name)
 		return nil
 	}
-	cl, err := s.p.LaunchCluster(ctx, gpuprov.ClusterRequest{Name: req.Name, Nodes: f.nodes, MinNodes: f.minNodes, Node: req})
+	cl, err := s.p.LaunchCluster(ctx, gpuprov.ClusterRequest{Name: req.Name, Nodes: f.nodes, MinNodes: f.minNodes, Node: req,
+		Placement: gpuprov.Placement(f.placement)})
 	pr.Stop()
 	if err != nil {
 		return launchError(intr, err)
@@ -381,4 +399,13 @@ func (in *interrupt) stop() {
 	signal.Stop(in.ch)
 	close(in.done)
 	in.wg.Wait()
+}
+
+// placementNames lists the --placement values.
+func placementNames() []string {
+	var out []string
+	for _, p := range gpuprov.Placements() {
+		out = append(out, string(p))
+	}
+	return out
 }

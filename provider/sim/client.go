@@ -68,6 +68,11 @@ type wireCreate struct {
 	SSHKey           string            `json:"ssh_key,omitempty"`
 	Firewall         string            `json:"firewall,omitempty"`
 	DiskGB           int               `json:"disk_gb,omitempty"`
+	PlacementGroup   string            `json:"placement_group,omitempty"`
+}
+
+type wirePlacementGroup struct {
+	Labels map[string]string `json:"labels"`
 }
 
 type wirePort struct {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -108,6 +109,7 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	req := wireCreate{
 		OfferID: d.OfferID, Name: provider.ResourceName(spec.VM), Labels: spec.Labels(), DiskGB: offer.DiskGB,
 		UserData: provider.CloudInit(spec), SSHUser: spec.SSHUser, SSHKey: pr.SSHKey, Firewall: pr.Firewall,
+		PlacementGroup: spec.PlacementGroup,
 	}
 	if !p.cfg.NoIdempotencyToken {
 		req.IdempotencyToken = spec.IdempotencyToken
@@ -225,4 +227,26 @@ func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string
 		return err
 	}
 	return nil
+}
+
+// EnsurePlacementGroup puts the placement group name in loc's region; the
+// PUT is idempotent, so a second call adopts the group.
+func (p *Provider) EnsurePlacementGroup(ctx context.Context, loc provider.Location, name string, labels map[string]string) error {
+	return p.do(ctx, call{op: "prepare", method: http.MethodPut, path: "placement-groups/" + url.PathEscape(name),
+		query: url.Values{"region": {loc.Region}}, in: wirePlacementGroup{Labels: labels}})
+}
+
+// DeletePlacementGroup deletes the placement group name in loc's region: a
+// group that is gone is success, one an instance still uses (409 conflict)
+// matches provider.ErrInUse.
+func (p *Provider) DeletePlacementGroup(ctx context.Context, loc provider.Location, name string) error {
+	err := p.do(ctx, call{op: "cleanup", method: http.MethodDelete, path: "placement-groups/" + url.PathEscape(name),
+		query: url.Values{"region": {loc.Region}}})
+	switch {
+	case err == nil || isNotFound(err):
+		return nil
+	case IsAPIError(err, "conflict"):
+		return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: "cleanup", Err: fmt.Errorf("%w: %w", provider.ErrInUse, err)}
+	}
+	return err
 }

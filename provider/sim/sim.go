@@ -192,6 +192,7 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		Burst:             p.cfg.Burst,
 		DiskSize:          true, // create's disk_gb
 		Labels:            true, // every resource takes labels
+		CompactPlacement:  true, // placement-groups
 	}
 	if p.cfg.NoIdempotencyToken {
 		c.Unsupported = append(c.Unsupported, provider.FeatureIdempotencyToken)

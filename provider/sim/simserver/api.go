@@ -32,6 +32,9 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("PUT "+p+"ssh-keys/{name}", s.api("put_ssh_key", s.putSSHKey))
 	mux.Handle("DELETE "+p+"ssh-keys/{name}", s.api("delete_ssh_key", s.deleteSSHKey))
 	mux.Handle("GET "+p+"ssh-keys", s.api("list_ssh_keys", s.listSSHKeys))
+	mux.Handle("PUT "+p+"placement-groups/{name}", s.api("put_placement_group", s.putPlacementGroup))
+	mux.Handle("DELETE "+p+"placement-groups/{name}", s.api("delete_placement_group", s.deletePlacementGroup))
+	mux.Handle("GET "+p+"placement-groups", s.api("list_placement_groups", s.listPlacementGroups))
 	s.adminRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, CodeNotFound, "no route for %s %s", r.Method, r.URL.Path))
@@ -171,6 +174,12 @@ func (s *Server) createInstance(c *cloud, _ *http.Request, body []byte, now time
 	of := c.offers[req.OfferID]
 	if of == nil {
 		return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "unknown offer_id %q", req.OfferID)
+	}
+	if req.PlacementGroup != "" {
+		s.settleAll(c)
+		if aerr := c.placementZone(req.PlacementGroup, of); aerr != nil {
+			return 0, nil, aerr
+		}
 	}
 	if req.DiskGB < 0 || req.DiskGB > MaxDiskGB {
 		return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "disk_gb %d is not between 0 and %d", req.DiskGB, MaxDiskGB)
@@ -384,4 +393,69 @@ func (s *Server) deleteSSHKey(c *cloud, r *http.Request, _ []byte, _ time.Time) 
 
 func (s *Server) listSSHKeys(c *cloud, _ *http.Request, _ []byte, _ time.Time) (int, any, *apiError) {
 	return http.StatusOK, map[string][]SSHKey{"ssh_keys": c.resources().SSHKeys}, nil
+}
+
+func (s *Server) putPlacementGroup(c *cloud, r *http.Request, body []byte, now time.Time) (int, any, *apiError) {
+	region := r.URL.Query().Get("region")
+	if region == "" {
+		return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "placement groups are regional: the region query parameter is required")
+	}
+	var req placementGroupRequest
+	if err := decode(body, &req); err != nil {
+		return 0, nil, err
+	}
+	name, status := r.PathValue("name"), http.StatusOK
+	g := c.groups[firewallKey(region, name)]
+	if g == nil {
+		g = &PlacementGroup{Name: name, Region: region, CreatedAt: now}
+		c.groups[firewallKey(region, name)] = g
+		status = http.StatusCreated
+	}
+	g.Labels = req.Labels
+	s.save()
+	return status, *g, nil
+}
+
+func (s *Server) deletePlacementGroup(c *cloud, r *http.Request, _ []byte, _ time.Time) (int, any, *apiError) {
+	region, name := r.URL.Query().Get("region"), r.PathValue("name")
+	if region == "" {
+		return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "placement groups are regional: the region query parameter is required")
+	}
+	if c.groups[firewallKey(region, name)] == nil {
+		return 0, nil, errorf(http.StatusNotFound, CodeNotFound, "no placement group %q in region %s", name, region)
+	}
+	s.settleAll(c)
+	for _, in := range c.instances {
+		if in.PlacementGroup == name && in.Region == region && in.Status != StatusTerminated {
+			return 0, nil, errorf(http.StatusConflict, CodeConflict, "placement group %q is in use by instance %s (%s)", name, in.ID, in.Status)
+		}
+	}
+	delete(c.groups, firewallKey(region, name))
+	s.save()
+	return http.StatusNoContent, nil, nil
+}
+
+func (s *Server) listPlacementGroups(c *cloud, r *http.Request, _ []byte, _ time.Time) (int, any, *apiError) {
+	region := r.URL.Query().Get("region")
+	out := []PlacementGroup{}
+	for _, g := range c.resources().PlacementGroups {
+		if region == "" || g.Region == region {
+			out = append(out, g)
+		}
+	}
+	return http.StatusOK, map[string][]PlacementGroup{"placement_groups": out}, nil
+}
+
+// placementZone checks a create into group name: the group exists in the
+// offer's region, and its live instances are all in the offer's zone.
+func (c *cloud) placementZone(name string, of *Offer) *apiError {
+	if c.groups[firewallKey(of.Region, name)] == nil {
+		return errorf(http.StatusBadRequest, CodeInvalidRequest, "unknown placement_group %q in region %s", name, of.Region)
+	}
+	for _, in := range c.instances {
+		if in.PlacementGroup == name && in.Region == of.Region && in.Status != StatusTerminated && in.Zone != of.Zone {
+			return errorf(http.StatusBadRequest, CodeInvalidRequest, "placement group %q holds instance %s in zone %s, not %s", name, in.ID, in.Zone, of.Zone)
+		}
+	}
+	return nil
 }

@@ -39,7 +39,9 @@
 //	                                        gpu (canonical), gpu_count, gpu_memory_gb, vcpus,
 //	                                        memory_gb, price_per_hour, spot, availability (a hint)
 //	POST   instances                        body {offer_id, name, labels, user_data, idempotency_token,
-//	                                        ssh_user, ssh_key, firewall}: 201 and the Instance;
+//	                                        ssh_user, ssh_key, firewall, disk_gb, placement_group}:
+//	                                        201 and the Instance; 400 when placement_group is
+//	                                        unknown or holds live instances in another zone;
 //	                                        200 and the existing Instance when the idempotency
 //	                                        token was seen (unless the cloud ignores tokens)
 //	GET    instances[?label=k=v&label=...&region=&zone=&include_terminated=true&limit=&cursor=]
@@ -59,6 +61,10 @@
 //	PUT    ssh-keys/{name}                  body {public_keys:[authorized_keys lines], labels}: 201/200
 //	DELETE ssh-keys/{name}                  204; 404 unknown
 //	GET    ssh-keys                         {"ssh_keys":[...]}
+//	PUT    placement-groups/{name}?region=r body {labels}: 201 created, 200 updated (idempotent)
+//	DELETE placement-groups/{name}?region=r 204; 404 unknown; 409 conflict while an instance
+//	                                        that is not terminated uses it
+//	GET    placement-groups[?region=r]      {"placement_groups":[...]}
 //
 // An Instance carries id, name, labels, offer_id and the offer's fields,
 // status, status_message, ssh {host, port, user} while it runs with SSH
@@ -92,8 +98,8 @@
 //	402 insufficient_funds  the account cannot pay (Faults.InsufficientFunds)
 //	403 quota_exceeded      region quota (Faults.QuotaRegions, Faults.InstanceQuota)
 //	404 not_found           unknown cloud, instance, firewall, key or route
-//	409 out_of_capacity     stockout (Faults.StockoutOffers, Faults.StockoutRegions)
-//	409 conflict            a firewall still in use; admin: preempting an instance that is not running
+//	409 out_of_capacity     stockout (Faults.StockoutOffers, StockoutRegions, OfferStock)
+//	409 conflict            a firewall or placement group still in use; admin: preempting an instance that is not running
 //	429 rate_limited        token bucket empty or injected throttling; Retry-After header in seconds
 //	500 internal            injected error, or a create whose response was lost (it landed)
 //	503 unavailable         injected error, or the server is shutting down

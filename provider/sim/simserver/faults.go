@@ -18,6 +18,10 @@ type Faults struct {
 	// in those regions, fail with 409 out_of_capacity.
 	StockoutOffers  []string `json:"stockout_offers,omitempty" toml:"stockout_offers,omitempty"`
 	StockoutRegions []string `json:"stockout_regions,omitempty" toml:"stockout_regions,omitempty"`
+	// OfferStock gives offers a finite stock: once an offer has that many
+	// instances that are not terminated, its creates fail with 409
+	// out_of_capacity (and its listing says none) until one goes.
+	OfferStock map[string]int `json:"offer_stock,omitempty" toml:"offer_stock,omitempty"`
 	// QuotaRegions make creates in those regions fail with 403
 	// quota_exceeded; InstanceQuota (when > 0) does so once a region holds
 	// that many instances that are not terminated.
@@ -89,6 +93,11 @@ func (f Faults) validate() error {
 	}
 	if f.RateLimit < 0 || f.RateBurst < 0 || f.InstanceQuota < 0 {
 		return fmt.Errorf("simserver: negative rate_limit, rate_burst or instance_quota")
+	}
+	for id, n := range f.OfferStock {
+		if n < 0 {
+			return fmt.Errorf("simserver: offer_stock of %q is %d, not a count", id, n)
+		}
 	}
 	return nil
 }
@@ -168,10 +177,24 @@ func (c *cloud) gate(kind string, now time.Time) (hold bool, err *apiError) {
 // it.
 const AvailabilityNone = "none"
 
-// stockedOut reports whether a stockout fault covers offer of. The caller
+// stockedOut reports whether a stockout fault covers offer of, or its
+// OfferStock is taken. The caller
 // holds s.mu.
 func (c *cloud) stockedOut(of *Offer) bool {
-	return matches(c.faults.StockoutOffers, of.ID) || matches(c.faults.StockoutRegions, of.Region)
+	if matches(c.faults.StockoutOffers, of.ID) || matches(c.faults.StockoutRegions, of.Region) {
+		return true
+	}
+	stock, finite := c.faults.OfferStock[of.ID]
+	if !finite {
+		return false
+	}
+	n := 0
+	for _, in := range c.instances {
+		if in.OfferID == of.ID && in.Status != StatusTerminated {
+			n++
+		}
+	}
+	return n >= stock
 }
 
 // admit applies the create-time faults for offer: funds, quota, stockout.

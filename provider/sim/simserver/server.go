@@ -69,6 +69,7 @@ type cloud struct {
 	instances map[string]*instance
 	tokens    map[string]string // idempotency token → instance id
 	firewalls map[string]*Firewall
+	groups    map[string]*PlacementGroup // by firewallKey(region, name)
 	sshKeys   map[string]*SSHKey
 	counter   int
 	stats     Stats
@@ -100,7 +101,7 @@ func Start(opts Options) (*Server, error) {
 		c := &cloud{cfg: cc, apiKey: cc.APIKey, offers: map[string]*Offer{}, faults: cc.Faults,
 			limiter: cc.Faults.newLimiter(), rnd: mrand.New(mrand.NewPCG(opts.Seed, h.Sum64())),
 			instances: map[string]*instance{}, tokens: map[string]string{},
-			firewalls: map[string]*Firewall{}, sshKeys: map[string]*SSHKey{},
+			firewalls: map[string]*Firewall{}, sshKeys: map[string]*SSHKey{}, groups: map[string]*PlacementGroup{},
 			stats: Stats{Calls: map[string]int{}, Errors: map[string]int{}}}
 		for i := range cc.Offers {
 			c.offers[cc.Offers[i].ID] = &cc.Offers[i]
@@ -386,7 +387,8 @@ func (s *Server) SandboxDir(cloudName, id string) string {
 	return s.sandboxDir(cloudName, id)
 }
 
-// SideResources returns the firewalls and SSH keys of cloud, sorted by name.
+// SideResources returns the firewalls, SSH keys and placement groups of
+// cloud, sorted by name.
 func (s *Server) SideResources(cloudName string) (Resources, error) {
 	s.mu.Lock()
 	defer s.unlock()
@@ -465,6 +467,11 @@ func (c *cloud) resources() Resources {
 	for _, k := range c.sshKeys {
 		r.SSHKeys = append(r.SSHKeys, *k)
 	}
+	r.PlacementGroups = []PlacementGroup{}
+	for _, g := range c.groups {
+		r.PlacementGroups = append(r.PlacementGroups, *g)
+	}
+	slices.SortFunc(r.PlacementGroups, func(a, b PlacementGroup) int { return strings.Compare(a.Region+"/"+a.Name, b.Region+"/"+b.Name) })
 	slices.SortFunc(r.Firewalls, func(a, b Firewall) int { return strings.Compare(a.Region+"/"+a.Name, b.Region+"/"+b.Name) })
 	slices.SortFunc(r.SSHKeys, func(a, b SSHKey) int { return strings.Compare(a.Name, b.Name) })
 	return r

@@ -22,12 +22,13 @@ type stateFile struct {
 }
 
 type cloudState struct {
-	APIKey    string      `json:"api_key"`
-	Counter   int         `json:"counter"`
-	Stats     Stats       `json:"stats"`
-	Instances []*instance `json:"instances"`
-	Firewalls []Firewall  `json:"firewalls"`
-	SSHKeys   []SSHKey    `json:"ssh_keys"`
+	APIKey    string           `json:"api_key"`
+	Counter   int              `json:"counter"`
+	Stats     Stats            `json:"stats"`
+	Instances []*instance      `json:"instances"`
+	Firewalls []Firewall       `json:"firewalls"`
+	Groups    []PlacementGroup `json:"placement_groups,omitempty"`
+	SSHKeys   []SSHKey         `json:"ssh_keys"`
 }
 
 // load reads opts.StateFile into the clouds configured; a missing file is
@@ -80,6 +81,10 @@ func (s *Server) load() error {
 		for i := range cs.SSHKeys {
 			k := cs.SSHKeys[i]
 			c.sshKeys[k.Name] = &k
+		}
+		for i := range cs.Groups {
+			g := cs.Groups[i]
+			c.groups[firewallKey(g.Region, g.Name)] = &g
 		}
 	}
 	return nil
@@ -149,7 +154,7 @@ func (s *Server) encodeLocked() ([]byte, error) {
 	st := stateFile{Version: stateVersion, AdminToken: s.adminToken, Clouds: map[string]*cloudState{}}
 	for name, c := range s.clouds {
 		r := c.resources()
-		cs := &cloudState{APIKey: c.apiKey, Counter: c.counter, Stats: c.stats, Firewalls: r.Firewalls, SSHKeys: r.SSHKeys,
+		cs := &cloudState{APIKey: c.apiKey, Counter: c.counter, Stats: c.stats, Firewalls: r.Firewalls, SSHKeys: r.SSHKeys, Groups: r.PlacementGroups,
 			Instances: make([]*instance, 0, len(c.instances))}
 		for _, in := range c.instances {
 			cs.Instances = append(cs.Instances, in)

@@ -64,6 +64,8 @@ type Instance struct {
 	// SSHKey and Firewall name the side resources the create attached.
 	SSHKey   string `json:"ssh_key,omitempty"`
 	Firewall string `json:"firewall,omitempty"`
+	// PlacementGroup is the group the create asked for, if any.
+	PlacementGroup string `json:"placement_group,omitempty"`
 	// CreatedAt, UpdatedAt and TerminatedAt are on the server's clock;
 	// TerminatedAt is zero until the instance is terminated.
 	CreatedAt    time.Time `json:"created_at"`
@@ -121,14 +123,28 @@ type SSHKey struct {
 // GET /admin/clouds/{cloud}/resources report them; empty lists are
 // non-nil.
 type Resources struct {
-	Firewalls []Firewall `json:"firewalls"`
-	SSHKeys   []SSHKey   `json:"ssh_keys"`
+	Firewalls       []Firewall       `json:"firewalls"`
+	SSHKeys         []SSHKey         `json:"ssh_keys"`
+	PlacementGroups []PlacementGroup `json:"placement_groups"`
+}
+
+// PlacementGroup is a regional group (PUT placement-groups/{name}?region=r)
+// whose instances the sim keeps in one zone, as a cluster placement group
+// keeps them close: a create into a group whose live instances are in
+// another zone is refused, and the group cannot be deleted while an
+// instance that is not terminated uses it.
+type PlacementGroup struct {
+	Name      string            `json:"name"`
+	Region    string            `json:"region"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
 }
 
 // Stats count what a cloud's API did. Calls and Errors are keyed by call
 // kind (list_offers, create_instance, list_instances, get_instance,
 // delete_instance, put_firewall, delete_firewall, list_firewalls,
-// put_ssh_key, delete_ssh_key, list_ssh_keys) and by error code.
+// put_ssh_key, delete_ssh_key, list_ssh_keys, put_placement_group,
+// delete_placement_group, list_placement_groups) and by error code.
 type Stats struct {
 	Calls             map[string]int `json:"calls"`
 	Errors            map[string]int `json:"errors"`
@@ -200,9 +216,16 @@ type createRequest struct {
 	SSHUser          string            `json:"ssh_user"`
 	SSHKey           string            `json:"ssh_key"`
 	Firewall         string            `json:"firewall"`
+	// PlacementGroup is a group of the offer's region to create the
+	// instance in; empty: none.
+	PlacementGroup string `json:"placement_group"`
 	// DiskGB sizes the boot disk: at least the offer's, up to
 	// MaxDiskGB; 0 means the offer's.
 	DiskGB int `json:"disk_gb"`
+}
+
+type placementGroupRequest struct {
+	Labels map[string]string `json:"labels"`
 }
 
 type firewallRequest struct {
