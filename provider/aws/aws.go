@@ -304,7 +304,8 @@ func (p *Provider) secrets() *redact.Secrets {
 // Name returns the provider name.
 func (p *Provider) Name() string { return p.name }
 
-// Capabilities: AWS supports every feature. Its timings default to 20m
+// Capabilities: AWS supports every feature, compact placement too (EC2
+// cluster placement groups). Its timings default to 20m
 // boot (GPU AMIs are large), 10m delete, 5s polls and a 30s consistency
 // window for DescribeInstances; the API rate defaults to 5 requests per
 // second with a burst of 10.
@@ -321,8 +322,9 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		RequestsPerSecond: cmpOr(p.cfg.RequestsPerSecond, 5),
 		Burst:             burst,
 		// The root volume's size (a block device mapping); tags on the
-		// instance, its volumes, its security group and key pair.
-		DiskSize: true, Labels: true,
+		// instance, its volumes, its security group and key pair; cluster
+		// placement groups (placement.go).
+		DiskSize: true, Labels: true, CompactPlacement: true,
 	}
 }
 
@@ -443,7 +445,8 @@ func (p *Provider) recentIDs(region, vm string) []string {
 }
 
 var (
-	_ provider.CloudProvider = (*Provider)(nil)
-	_ provider.Diagnoser     = (*Provider)(nil)
-	_ provider.Lister        = (*Provider)(nil)
+	_ provider.CloudProvider    = (*Provider)(nil)
+	_ provider.Diagnoser        = (*Provider)(nil)
+	_ provider.Lister           = (*Provider)(nil)
+	_ provider.PlacementGrouper = (*Provider)(nil)
 )

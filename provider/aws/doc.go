@@ -32,8 +32,8 @@
 //	           ssm:GetParameter of the image parameter unless an image is given.
 //	Create     RunInstances: one instance, ClientToken, NetworkInterfaces[0] with the subnet,
 //	           group and a public IP, KeyName, tags on instance and volume, base64 cloud-init
-//	           user-data, InstanceInitiatedShutdownBehavior terminate, IMDSv2, and spot market
-//	           options for a spot offer.
+//	           user-data, InstanceInitiatedShutdownBehavior terminate, IMDSv2, spot market
+//	           options for a spot offer, and Placement.GroupName for a compact cluster's node.
 //	Observe    DescribeInstances filtered on tag:gpuprov, tag:gpuprov-installation, the live
 //	           states and the zone; plus DescribeInstances by id for an id Create returned
 //	           within the consistency window (InvalidInstanceID.NotFound: not visible yet).
@@ -43,6 +43,10 @@
 //	Cleanup    DescribeSecurityGroups + DeleteSecurityGroup (DependencyViolation is
 //	           Transient; InvalidGroup.NotFound is success), DescribeKeyPairs + DeleteKeyPair,
 //	           both found by name and installation tag.
+//	EnsurePlacementGroup  CreatePlacementGroup (strategy cluster, tagged); InvalidPlacementGroup.
+//	           Duplicate → DescribePlacementGroups, adopt a cluster group of this installation.
+//	DeletePlacementGroup  DescribePlacementGroups + DeletePlacementGroup of this installation's
+//	           group; gone is success, InvalidPlacementGroup.InUse matches provider.ErrInUse.
 //	Diagnose   DescribeInstances by id (terminated instances included, with StateReason) and
 //	           DescribeInstanceStatus (IncludeAllInstances: status checks, scheduled events).
 //

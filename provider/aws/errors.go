@@ -66,6 +66,7 @@ var codeKinds = map[string]provider.ErrorKind{
 	"RulesPerSecurityGroupLimitExceeded": provider.Quota,
 	"KeyPairLimitExceeded":               provider.Quota,
 	"ResourceLimitExceeded":              provider.Quota,
+	"PlacementGroupLimitExceeded":        provider.Quota, // EnsurePlacementGroup: the account's placement groups
 	// not viable here; nothing was created
 	"Unsupported":                       provider.Unavailable, // e.g. the instance type is not offered in the zone
 	"UnsupportedOperation":              provider.Unavailable, // e.g. the type is not supported by the AMI
@@ -79,6 +80,13 @@ var codeKinds = map[string]provider.ErrorKind{
 	"VPCIdNotSpecified":                 provider.Unavailable,
 	"DefaultVpcDoesNotExist":            provider.Unavailable,
 	"InsufficientFreeAddressesInSubnet": provider.Unavailable, // the zone's subnet is full
+	// RunInstances into a cluster placement group whose instances are in
+	// another zone ("The placement group '…' is in use in another
+	// availability zone: us-east-1c", as quoted in hashicorp/terraform#16183
+	// and bcbio/bcbio-nextgen-vm#45): nothing was created, and this zone
+	// cannot join the group. DeletePlacementGroup's InUse (instances still
+	// in the group) is not this: it matches provider.ErrInUse (placement.go).
+	"InvalidPlacementGroup.InUse": provider.Unavailable,
 	// the ask cannot be satisfied
 	"InvalidParameterValue":       provider.InvalidRequest,
 	"InvalidParameter":            provider.InvalidRequest,
@@ -115,6 +123,15 @@ var codeKinds = map[string]provider.ErrorKind{
 	"AccountDisabled":            provider.Credentials,
 	// a replayed token whose instance is gone: the attempt is over
 	"IdempotentInstanceTerminated": provider.Failed,
+	// RunInstances names a placement group the region does not know ("The
+	// Placement Group '…' is unknown."): it went since EnsurePlacementGroup
+	// made it, or is not visible yet. Failed tears the attempt down and
+	// blocks the offer; the next attempt's EnsurePlacementGroup makes the
+	// group again. Not InvalidRequest, which would abort the whole launch
+	// for what the next attempt repairs; not Transient, which would resend
+	// into a group that may stay gone. DeletePlacementGroup reads it as
+	// success (placement.go).
+	"InvalidPlacementGroup.Unknown": provider.Failed,
 }
 
 // codeScopes sets the blocking scope of codes that hold for more than the
@@ -133,6 +150,7 @@ var codeScopes = map[string]provider.Scope{
 	"Unsupported":                           provider.ScopeZone,
 	"VolumeTypeNotAvailableInZone":          provider.ScopeZone,
 	"InsufficientFreeAddressesInSubnet":     provider.ScopeZone,
+	"InvalidPlacementGroup.InUse":           provider.ScopeZone,
 	"InvalidInstanceType":                   provider.ScopeRegion,
 	"InvalidInstanceType.NotFound":          provider.ScopeRegion,
 	"OptInRequired":                         provider.ScopeRegion,

@@ -83,6 +83,7 @@ func TestClassify(t *testing.T) {
 		{"SecurityGroupLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on security groups"},
 		{"KeyPairLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on key pairs in the Region"},
 		{"ResourceLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": an EC2 resource limit"},
+		{"PlacementGroupLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on placement groups"},
 		// not viable here; nothing created
 		{"Unsupported", 400, provider.Unavailable, provider.ScopeZone, refClient + ": e.g. an Availability Zone that has constraints on that instance type"},
 		{"InvalidInstanceType", 400, provider.Unavailable, provider.ScopeRegion, refClient + ": the instance type is not supported for this request"},
@@ -90,6 +91,7 @@ func TestClassify(t *testing.T) {
 		{"UnsupportedOperation", 400, provider.Unavailable, provider.ScopeOffer, refCommon + ": e.g. an instance type not supported by the AMI"},
 		{"VolumeTypeNotAvailableInZone", 400, provider.Unavailable, provider.ScopeZone, refClient + ": try a different Availability Zone"},
 		{"InsufficientFreeAddressesInSubnet", 400, provider.Unavailable, provider.ScopeZone, refClient + ": the subnet lacks free private IP addresses"},
+		{"InvalidPlacementGroup.InUse", 400, provider.Unavailable, provider.ScopeZone, refClient + ": the placement group is in use (at RunInstances: in another Availability Zone)"},
 		{"OptInRequired", 401, provider.Unavailable, provider.ScopeRegion, refCommon + ": not subscribed to the service"},
 		{"InvalidAMIID.NotFound", 400, provider.Unavailable, provider.ScopeOffer, refClient + ": the AMI doesn't exist in this Region"},
 		{"InvalidAMIID.Unavailable", 400, provider.Unavailable, provider.ScopeOffer, refClient + ": the AMI was deregistered"},
@@ -125,6 +127,7 @@ func TestClassify(t *testing.T) {
 		{"PendingVerification", 401, provider.Credentials, provider.ScopeProvider, refCommon + ": the account is pending verification"},
 		{"AccountDisabled", 401, provider.Credentials, provider.ScopeProvider, refClient + ": administratively disabled for this account"},
 		{"IdempotentInstanceTerminated", 400, provider.Failed, provider.ScopeOffer, refClient + ": the token's instance has been terminated"},
+		{"InvalidPlacementGroup.Unknown", 400, provider.Failed, provider.ScopeOffer, refClient + ": the placement group cannot be found in the Region"},
 		// codes the table does not know fall back to the status
 		{"NewCode", 400, provider.Failed, provider.ScopeOffer, refNone},
 		{"NewCode", 500, provider.Transient, provider.ScopeOffer, refNone},

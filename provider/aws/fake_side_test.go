@@ -145,3 +145,90 @@ func (f *fakeEC2) offerings(r *fakeReq) *http.Response {
 	}
 	return answer("DescribeInstanceTypeOfferings", `<instanceTypeOfferingSet>`+b.String()+`</instanceTypeOfferingSet>`)
 }
+
+type fakePG struct {
+	ID, Region, Name, Strategy string
+	Tags                       map[string]string
+}
+
+func (g *fakePG) xml() string {
+	return fmt.Sprintf(`<groupName>%s</groupName><groupId>%s</groupId><groupArn>arn:aws:ec2:%s:123456789012:placement-group/%s</groupArn><state>available</state><strategy>%s</strategy>%s`,
+		esc(g.Name), g.ID, g.Region, esc(g.Name), g.Strategy, tagsXML(g.Tags))
+}
+
+// placementGroups serves the placement-group actions, answering with the
+// codes of the EC2 API Reference's client errors (InvalidPlacementGroup.
+// Duplicate, .InUse, .Unknown) and the messages EC2 sends with them, as
+// quoted in FDio/csit#179 (Duplicate), bcbio/bcbio-nextgen-vm#37 (Unknown)
+// and terraform configurations ("is in use and may not be deleted").
+// Callers hold f.mu.
+func (f *fakeEC2) placementGroups(r *fakeReq) *http.Response {
+	name := r.Form.Get("GroupName")
+	switch r.Action {
+	case "CreatePlacementGroup":
+		if _, ok := f.pgs[r.Region+"|"+name]; ok {
+			return ec2Error(400, "InvalidPlacementGroup.Duplicate", "The placement group '"+name+"' already exists.")
+		}
+		g := &fakePG{ID: f.newID("pg"), Region: r.Region, Name: name, Strategy: r.Form.Get("Strategy"), Tags: tagSpec(r.Form, "placement-group")}
+		f.pgs[r.Region+"|"+name] = g
+		return answer("CreatePlacementGroup", `<return>true</return><placementGroup>`+g.xml()+`</placementGroup>`)
+	case "DescribePlacementGroups":
+		names, fs := list(r.Form, "GroupName"), filters(r.Form)
+		for _, n := range names {
+			if _, ok := f.pgs[r.Region+"|"+n]; !ok {
+				return ec2Error(400, "InvalidPlacementGroup.Unknown", "The Placement Group '"+n+"' is unknown.")
+			}
+		}
+		var keys []string
+		for key, g := range f.pgs {
+			if g.Region != r.Region || !matchTags(fs, g.Tags) || names != nil && !slices.Contains(names, g.Name) {
+				continue
+			}
+			if v := fs["group-name"]; v != nil && !slices.Contains(v, g.Name) {
+				continue
+			}
+			if v := fs["strategy"]; v != nil && !slices.Contains(v, g.Strategy) {
+				continue
+			}
+			keys = append(keys, key)
+		}
+		sort.Strings(keys)
+		var b strings.Builder
+		for _, k := range keys {
+			b.WriteString(`<item>` + f.pgs[k].xml() + `</item>`)
+		}
+		return answer("DescribePlacementGroups", `<placementGroupSet>`+b.String()+`</placementGroupSet>`)
+	default: // DeletePlacementGroup
+		if _, ok := f.pgs[r.Region+"|"+name]; !ok {
+			return ec2Error(400, "InvalidPlacementGroup.Unknown", "The Placement Group '"+name+"' is unknown.")
+		}
+		for _, in := range f.instances {
+			if in.Region == r.Region && in.PG == name && in.State != "terminated" {
+				return ec2Error(400, "InvalidPlacementGroup.InUse", "The placement group '"+name+"' is in use and may not be deleted.")
+			}
+		}
+		delete(f.pgs, r.Region+"|"+name)
+		return answer("DeletePlacementGroup", `<return>true</return>`)
+	}
+}
+
+// checkPlacement refuses a launch into placement group name (none: "") of
+// region in zoneID as EC2 does: a group the region does not know, and a
+// cluster group whose instances are in another zone (the message quoted in
+// hashicorp/terraform#16183 and bcbio/bcbio-nextgen-vm#45). Callers hold
+// f.mu.
+func (f *fakeEC2) checkPlacement(region, name, zoneID string) *http.Response {
+	if name == "" {
+		return nil
+	}
+	g, ok := f.pgs[region+"|"+name]
+	if !ok {
+		return ec2Error(400, "InvalidPlacementGroup.Unknown", "The Placement Group '"+name+"' is unknown.")
+	}
+	for _, in := range f.instances {
+		if g.Strategy == "cluster" && in.Region == region && in.PG == name && in.State != "terminated" && in.ZoneID != zoneID {
+			return ec2Error(400, "InvalidPlacementGroup.InUse", "The placement group '"+name+"' is in use in another availability zone: "+zoneName(in.ZoneID))
+		}
+	}
+	return nil
+}

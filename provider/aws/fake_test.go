@@ -26,8 +26,8 @@ import (
 // fakeEC2 is a small stateful stand-in for the EC2 query API and the SSM
 // JSON API, served through an httpmock transport: instances created by
 // RunInstances are listed by DescribeInstances and go away after
-// TerminateInstances; security groups, key pairs and idempotency tokens
-// behave as EC2 documents them. Time is the test's fake clock: an instance
+// TerminateInstances; security groups, key pairs, placement groups and
+// idempotency tokens behave as EC2 documents them. Time is the test's fake clock: an instance
 // runs bootTime after launch and is gone deleteTime after termination.
 type fakeEC2 struct {
 	t     *testing.T
@@ -42,6 +42,7 @@ type fakeEC2 struct {
 	tokens    map[string]string        // region|client token → id
 	sgs       map[string]*fakeSG       // id →
 	keys      map[string]*fakeKey      // region|name →
+	pgs       map[string]*fakePG       // region|name →
 	hidden    map[string]int           // id → DescribeInstances calls that do not see it yet
 	pageSize  int
 	ami       string              // SSM parameter value; "" answers ParameterNotFound
@@ -51,6 +52,7 @@ type fakeEC2 struct {
 
 type fakeInstance struct {
 	ID, Region, ZoneID, Type, State, Reason, ReasonMsg, Subnet, SG, Key, Token, UserData, IP string
+	PG                                                                                       string // placement group name
 	Spot                                                                                     bool
 	Tags                                                                                     map[string]string
 	Launched, Ended                                                                          time.Time
@@ -101,7 +103,7 @@ var regionOfZone = map[string]string{"use1": "us-east-1", "use2": "us-east-2", "
 
 func newFakeEC2(t *testing.T, clk *clock.Fake) *fakeEC2 {
 	f := &fakeEC2{t: t, clk: clk, tr: httpmock.NewMockTransport(), instances: map[string]*fakeInstance{},
-		tokens: map[string]string{}, sgs: map[string]*fakeSG{}, keys: map[string]*fakeKey{}, hidden: map[string]int{},
+		tokens: map[string]string{}, sgs: map[string]*fakeSG{}, keys: map[string]*fakeKey{}, pgs: map[string]*fakePG{}, hidden: map[string]int{},
 		pageSize: 1000, ami: testAMI, spot: map[string]string{}}
 	f.tr.RegisterNoResponder(f.serve)
 	return f
@@ -143,7 +145,8 @@ func (f *fakeEC2) live() []*fakeInstance {
 	return out
 }
 
-// side returns the security groups and key pairs left, as region/name.
+// side returns the security groups, key pairs and placement groups left,
+// as region/name.
 func (f *fakeEC2) side() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -153,6 +156,9 @@ func (f *fakeEC2) side() []string {
 	}
 	for _, k := range f.keys {
 		out = append(out, "key:"+k.Region+"/"+k.Name)
+	}
+	for _, g := range f.pgs {
+		out = append(out, "pg:"+g.Region+"/"+g.Name)
 	}
 	slices.Sort(out)
 	return out
@@ -255,6 +261,8 @@ func (f *fakeEC2) serve(req *http.Request) (*http.Response, error) {
 		return f.securityGroups(r), nil
 	case "ImportKeyPair", "DescribeKeyPairs", "DeleteKeyPair":
 		return f.keyPairs(r), nil
+	case "CreatePlacementGroup", "DescribePlacementGroups", "DeletePlacementGroup":
+		return f.placementGroups(r), nil
 	case "DescribeSpotPriceHistory":
 		return f.spotPrices(r), nil
 	case "DescribeInstanceTypeOfferings":
@@ -376,9 +384,13 @@ func (f *fakeEC2) runInstances(r *fakeReq) *http.Response {
 	if _, ok := f.sgs[sg]; !ok {
 		return ec2Error(400, "InvalidGroup.NotFound", "no group "+sg)
 	}
+	pg := r.Form.Get("Placement.GroupName")
+	if resp := f.checkPlacement(r.Region, pg, zoneID); resp != nil {
+		return resp
+	}
 	ud, _ := base64.StdEncoding.DecodeString(r.Form.Get("UserData"))
 	in := &fakeInstance{ID: f.newID("i"), Region: r.Region, ZoneID: zoneID, Type: r.Form.Get("InstanceType"), State: "pending",
-		Subnet: subnet, SG: sg, Key: r.Form.Get("KeyName"), Token: tok, UserData: string(ud),
+		Subnet: subnet, SG: sg, Key: r.Form.Get("KeyName"), Token: tok, UserData: string(ud), PG: pg,
 		Spot: r.Form.Get("InstanceMarketOptions.MarketType") == "spot", Tags: tagSpec(r.Form, "instance"), Launched: f.clk.Now()}
 	f.instances[in.ID] = in
 	if tok != "" {
@@ -453,8 +465,8 @@ func instanceXML(in *fakeInstance) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<item><instanceId>%s</instanceId><imageId>%s</imageId><instanceState><code>0</code><name>%s</name></instanceState>`,
 		in.ID, testAMI, in.State)
-	fmt.Fprintf(&b, `<instanceType>%s</instanceType><placement><availabilityZone>%s</availabilityZone><availabilityZoneId>%s</availabilityZoneId></placement>`,
-		in.Type, zoneName(in.ZoneID), in.ZoneID)
+	fmt.Fprintf(&b, `<instanceType>%s</instanceType><placement><availabilityZone>%s</availabilityZone><availabilityZoneId>%s</availabilityZoneId><groupName>%s</groupName></placement>`,
+		in.Type, zoneName(in.ZoneID), in.ZoneID, esc(in.PG))
 	fmt.Fprintf(&b, `<launchTime>%s</launchTime><privateIpAddress>10.0.0.%d</privateIpAddress>`, in.Launched.UTC().Format(time.RFC3339), 5+len(in.ID)%100)
 	if in.IP != "" {
 		fmt.Fprintf(&b, `<ipAddress>%s</ipAddress>`, in.IP)

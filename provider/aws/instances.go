@@ -48,7 +48,8 @@ func isASCII(s string) bool {
 // with the VM identity on the instance and its volumes, carrying the
 // cloud-init user-data (host key, authorized keys) and the idempotency
 // token, terminating itself on shutdown, on the spot market when the offer
-// is spot. A replay with the same token returns the same instance.
+// is spot, in spec.PlacementGroup when it names one (Placement.GroupName).
+// A replay with the same token returns the same instance.
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	var d offerDetail
 	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.InstanceType == "" {
@@ -85,6 +86,11 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 			Ebs: &types.EbsBlockDevice{VolumeSize: awssdk.Int32(int32(offer.DiskGB)), VolumeType: types.VolumeTypeGp3,
 				DeleteOnTermination: awssdk.Bool(true)}}}
 	}
+	if spec.PlacementGroup != "" {
+		// The subnet already pins the zone; a cluster placement group
+		// lives in one zone, which the core keeps every node in.
+		in.Placement = &types.Placement{GroupName: awssdk.String(spec.PlacementGroup)}
+	}
 	if d.Spot {
 		in.InstanceMarketOptions = &types.InstanceMarketOptionsRequest{MarketType: types.MarketTypeSpot,
 			SpotOptions: &types.SpotMarketOptions{SpotInstanceType: types.SpotInstanceTypeOneTime,
@@ -106,7 +112,7 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	}
 	p.remember(region, spec.VM, id)
 	p.log.Info("aws: created", "provider", p.name, "vm", spec.VM, "instance", id, "region", region,
-		"zone", offer.Location.Zone, "type", d.InstanceType, "spot", d.Spot)
+		"zone", offer.Location.Zone, "type", d.InstanceType, "spot", d.Spot, "placement_group", spec.PlacementGroup)
 	return id, nil
 }
 
