@@ -44,6 +44,13 @@ func requestID(spec *provider.InstanceSpec) string {
 // Quota blocking the region (or the project for GPUS_ALL_REGIONS). An
 // insert answered alreadyExists adopts the instance if it carries this
 // VM's labels. It returns the numeric instance id.
+//
+// With spec.PlacementGroup, the instance names the compact placement
+// policy projects/P/regions/R/resourcePolicies/<group> of the offer's
+// region (EnsurePlacementGroup made it) in its resourcePolicies. Compact
+// placement takes only instances that terminate on host maintenance, as
+// every GPU VM here does, and only the machine series of compactSeries: an
+// N1 offer is refused as Unavailable before any call.
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	var d offerDetail
 	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.MachineType == "" {
@@ -56,6 +63,11 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	zone := offer.Location.Zone
 	if zone == "" {
 		return "", p.errorf(provider.InvalidRequest, "create", "offer %s has no zone", offer.Key())
+	}
+	if spec.PlacementGroup != "" {
+		if err := p.checkCompact("create", offer, d.MachineType); err != nil {
+			return "", err
+		}
 	}
 	inst := p.instance(offer, d, pr, spec)
 	cctx, cancel := p.call(ctx)
@@ -147,6 +159,11 @@ func (p *Provider) instance(offer *provider.Offer, d offerDetail, pr prepared, s
 			},
 		}},
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
+	}
+	if spec.PlacementGroup != "" {
+		// Compact placement requires onHostMaintenance TERMINATE, which
+		// sched already sets for every GPU VM.
+		in.ResourcePolicies = []string{p.policyPath(regionOf(offer.Location), spec.PlacementGroup)}
 	}
 	if d.Accelerator != "" {
 		in.GuestAccelerators = []*computepb.AcceleratorConfig{{

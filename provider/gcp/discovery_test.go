@@ -31,7 +31,7 @@ var updateDiscovery = flag.Bool("update-discovery", false,
 	"rewrite "+discoveryCopy+" from "+apiModule+"'s "+discoveryInMod)
 
 // discoveryMethods are the methods whose requests the check reads.
-var discoveryMethods = [][2]string{{"instances", "insert"}, {"firewalls", "insert"}}
+var discoveryMethods = [][2]string{{"instances", "insert"}, {"firewalls", "insert"}, {"resourcePolicies", "insert"}}
 
 // discoveryDoc is the part of a Google API Discovery document
 // (https://developers.google.com/discovery/v1/reference/apis) the check

@@ -34,7 +34,8 @@
 //	          tag gpuprov-<vm>; alreadyExists adopts) + globalOperations.get;
 //	          images.getFromFamily
 //	Create    instances.insert (requestId, labels, tag, metadata user-data and
-//	          ssh-keys, scheduling, guestAccelerators for N1) + zoneOperations.get
+//	          ssh-keys, scheduling, guestAccelerators for N1, resourcePolicies for a
+//	          compact cluster's node) + zoneOperations.get
 //	          until DONE, bounded; the operation's error codes decide the kind;
 //	          alreadyExists → instances.get and adopt if the labels are ours
 //	Observe   instances.list in the zone, filter on both identity labels
@@ -43,6 +44,13 @@
 //	Delete    instances.get (is it still that id?) + instances.delete, one per id;
 //	          404 is success; not waited for
 //	Cleanup   firewalls.delete gpuprov-<vm> + globalOperations.get; 404 is success
+//	EnsurePlacementGroup  resourcePolicies.insert gpuprov-<cluster> in the region
+//	          (groupPlacementPolicy.collocation COLLOCATED, the identity in the
+//	          description: resource policies take no labels) + regionOperations.get;
+//	          alreadyExists → resourcePolicies.get, adopt if ours
+//	DeletePlacementGroup  resourcePolicies.get (ours?) + resourcePolicies.delete +
+//	          regionOperations.get; 404 is success, resourceInUseByAnotherResource
+//	          matches provider.ErrInUse
 //	Diagnose  instances.get + zoneOperations.list filtered on targetId
 //	          (preempted, hostError, guestTerminate, terminateOnHostMaintenance,
 //	          automaticRestart, migrateOnHostMaintenance), statusMessage,

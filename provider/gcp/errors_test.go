@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +69,10 @@ func TestClassify(t *testing.T) {
 		{400, "invalid", "Invalid value for field 'zone': 'xx-west9-z'. Unknown zone.", provider.InvalidRequest, provider.ScopeOffer},
 		{404, "notFound", "The resource 'projects/p/global/images/family/nope' was not found", provider.InvalidRequest, provider.ScopeOffer},
 		{404, "notFound", "The resource 'projects/p/zones/z/instances/gpuprov-x' was not found", provider.Failed, provider.ScopeOffer},
+		// An insert naming a compact placement policy that is missing (the
+		// cluster's group was deleted under it): this offer fails, no
+		// other blocks.
+		{404, "notFound", "The resource 'projects/p/regions/us-central1/resourcePolicies/gpuprov-ring' was not found", provider.Failed, provider.ScopeOffer},
 		{409, "alreadyExists", "", provider.Failed, provider.ScopeOffer},
 		{412, "conditionNotMet", "", provider.Failed, provider.ScopeOffer},
 		{418, "teapot", "", provider.Failed, provider.ScopeOffer},
@@ -158,5 +163,32 @@ func TestClassifyOp(t *testing.T) {
 	}
 	if operationError(&computepb.Operation{}) != nil {
 		t.Fatal("an operation without errors has an error")
+	}
+}
+
+// A resource policy still named by instances (400
+// resourceInUseByAnotherResource, or the operation's
+// RESOURCE_IN_USE_BY_ANOTHER_RESOURCE) is Transient and matches
+// provider.ErrInUse, also when masking a credential out of its text ended
+// the vendor error's chain.
+func TestInUseSurvivesMasking(t *testing.T) {
+	secret := "ya29.a0-secret-access-token-value"
+	p := &Provider{name: "gcp", fileSecrets: []string{secret}}
+	ge := &googleapi.Error{Code: 400, Message: "The resource_policy resource 'projects/p/regions/r/resourcePolicies/gpuprov-x' is already being used by 'projects/p/zones/z/instances/gpuprov-x' (proxy saw " + secret + ")",
+		Header: http.Header{}, Errors: []googleapi.ErrorItem{{Reason: "resourceInUseByAnotherResource"}}}
+	wrapped, _ := apierror.FromError(ge)
+	code, msg := "RESOURCE_IN_USE_BY_ANOTHER_RESOURCE", "in use by "+secret
+	op := &computepb.Operation{Name: proto("operation-1"), Error: &computepb.Error{Errors: []*computepb.Errors{{Code: &code, Message: &msg}}}}
+	for _, pe := range []*provider.Error{
+		inUse(p.classify(opDeletePolicy, wrapped), "r", "gpuprov-x"),
+		inUse(p.classifyOp(opDeletePolicy, operationError(op)), "r", "gpuprov-x"),
+	} {
+		if !errors.Is(pe, provider.ErrInUse) || pe.Kind != provider.Transient || strings.Contains(pe.Error(), secret) {
+			t.Errorf("%v: in use %v, kind %s", pe, errors.Is(pe, provider.ErrInUse), pe.Kind)
+		}
+	}
+	// Any other classified error does not match.
+	if pe := p.classify(opDeletePolicy, &googleapi.Error{Code: 503, Header: http.Header{}}); errors.Is(pe, provider.ErrInUse) {
+		t.Errorf("%v matches ErrInUse", pe)
 	}
 }

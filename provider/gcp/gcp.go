@@ -142,6 +142,7 @@ type Provider struct {
 	zoneOps    *compute.ZoneOperationsClient
 	images     *compute.ImagesClient
 	accelTypes *compute.AcceleratorTypesClient
+	policies   *compute.ResourcePoliciesClient // and, inside it, its region operations
 }
 
 // Option configures New.
@@ -302,7 +303,10 @@ func (p *Provider) dial(ctx context.Context) error {
 	if p.images, err = compute.NewImagesRESTClient(ctx, p.clientOpts...); err != nil {
 		return err
 	}
-	p.accelTypes, err = compute.NewAcceleratorTypesRESTClient(ctx, p.clientOpts...)
+	if p.accelTypes, err = compute.NewAcceleratorTypesRESTClient(ctx, p.clientOpts...); err != nil {
+		return err
+	}
+	p.policies, err = compute.NewResourcePoliciesRESTClient(ctx, p.clientOpts...)
 	return err
 }
 
@@ -324,6 +328,9 @@ func (p *Provider) Close() error {
 	if p.accelTypes != nil {
 		errs = append(errs, p.accelTypes.Close())
 	}
+	if p.policies != nil {
+		errs = append(errs, p.policies.Close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -331,7 +338,9 @@ func (p *Provider) Close() error {
 func (p *Provider) Name() string { return p.name }
 
 // Capabilities: GCP supports every feature (Spot, user-data, requestId,
-// per-VM firewall, zones); the timings and rate come from the config.
+// per-VM firewall, zones) and compact placement (a compact placement
+// policy per cluster, see EnsurePlacementGroup); the timings and rate come
+// from the config.
 func (p *Provider) Capabilities() provider.Capabilities {
 	c := p.cfg
 	return provider.Capabilities{
@@ -340,6 +349,9 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		// The boot disk's diskSizeGb; labels on the instance and its disk
 		// (firewall rules take none: they select by network tag).
 		DiskSize: true, Labels: true,
+		// EnsurePlacementGroup and DeletePlacementGroup; Create attaches
+		// spec.PlacementGroup as the instance's resource policy.
+		CompactPlacement: true,
 	}
 }
 
@@ -357,7 +369,8 @@ func (p *Provider) call(ctx context.Context) (context.Context, context.CancelFun
 }
 
 var (
-	_ provider.CloudProvider = (*Provider)(nil)
-	_ provider.Diagnoser     = (*Provider)(nil)
-	_ provider.Lister        = (*Provider)(nil)
+	_ provider.CloudProvider    = (*Provider)(nil)
+	_ provider.Diagnoser        = (*Provider)(nil)
+	_ provider.Lister           = (*Provider)(nil)
+	_ provider.PlacementGrouper = (*Provider)(nil)
 )

@@ -240,12 +240,41 @@ const (
 	srcHostMaint   = "https://cloud.google.com/compute/docs/instances/setting-vm-host-options#limitations"
 	srcAccelerated = "https://cloud.google.com/compute/docs/accelerator-optimized-machines"
 	srcLabels      = "https://cloud.google.com/compute/docs/labeling-resources#requirements"
+	srcPlacement   = "https://cloud.google.com/compute/docs/instances/placement-policies-overview#restrictions"
+	srcCompact     = "https://cloud.google.com/compute/docs/instances/use-compact-placement-policies"
+	srcCompactMT   = "https://cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy"
 )
 
 // acceleratorSeries are the machine series whose machine types come with
 // GPUs attached (A4X, A4, A3, A2, G4, G2: the accelerator-optimized
 // family, srcAccelerated).
 var acceleratorSeries = []string{"a4x", "a4", "a3", "a2", "g4", "g2"}
+
+// compactPlacementSeries are the GPU machine series a compact placement
+// policy takes: "A4X Max, A4X, A4, A3 Ultra, A3 Mega, A3 High, A3 Edge, A2,
+// G4, G2" (srcCompactMT, "Supported machine types"); N1 is not among them.
+var compactPlacementSeries = []string{"a4x", "a4", "a3", "a2", "g4", "g2"}
+
+// resourcePolicyPathRE is a regional resource policy as an instance names
+// it: a path or a URL.
+var resourcePolicyPathRE = regexp.MustCompile(`^(?:https://[^/]+/compute/v1/)?projects/[^/]+/regions/([a-z0-9-]+)/resourcePolicies/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// machineSeries is the series of an instance body's machine type
+// ("zones/Z/machineTypes/g2-standard-4" → "g2"), and zoneOf its zone.
+func machineSeries(b map[string]any) string {
+	mt := str(b, "machineType")
+	return strings.SplitN(mt[strings.LastIndexByte(mt, '/')+1:], "-", 2)[0]
+}
+
+func zoneOf(b map[string]any) string {
+	parts := strings.Split(str(b, "machineType"), "/")
+	for i := 0; i+1 < len(parts); i++ {
+		if parts[i] == "zones" {
+			return parts[i+1]
+		}
+	}
+	return ""
+}
 
 // Label rules (srcLabels): "Keys have a minimum length of 1 character and a
 // maximum length of 63 characters, and cannot be empty. Values can be empty,
@@ -317,9 +346,7 @@ var bodyRules = []bodyRule{
 		}},
 	{"compute.instances.insert", "GPUs terminate on host maintenance", srcHostMaint + `: "The following instances can only stop during host maintenance events: ... VMs with GPUs or TPUs attached"; ` + srcAccelerated,
 		func(b map[string]any) []violation {
-			mt := str(b, "machineType")
-			series := strings.SplitN(mt[strings.LastIndexByte(mt, '/')+1:], "-", 2)[0]
-			gpus := len(list(b, "guestAccelerators")) > 0 || slices.Contains(acceleratorSeries, series)
+			gpus := len(list(b, "guestAccelerators")) > 0 || slices.Contains(acceleratorSeries, machineSeries(b))
 			if ohm := str(sub(b, "scheduling"), "onHostMaintenance"); gpus && ohm != "TERMINATE" {
 				return []violation{{"resource.scheduling.onHostMaintenance", fmt.Sprintf("%q with GPUs attached, want TERMINATE", ohm)}}
 			}
@@ -364,6 +391,53 @@ var bodyRules = []bodyRule{
 			}
 			if total >= 512*1024 {
 				out = append(out, violation{"resource.metadata.items", fmt.Sprintf("%d bytes in all, not under 512 KB", total)})
+			}
+			return out
+		}},
+	{"compute.instances.insert", "resource policies of the instance's region", srcPlacement + `: "Placement policies are regional resources, and they restrict their use to the region where they are located"`,
+		func(b map[string]any) []violation {
+			var out []violation
+			zone := zoneOf(b)
+			for i, rp := range list(b, "resourcePolicies") {
+				path := fmt.Sprintf("resource.resourcePolicies[%d]", i)
+				s, _ := rp.(string)
+				m := resourcePolicyPathRE.FindStringSubmatch(s)
+				switch {
+				case m == nil:
+					out = append(out, violation{path, fmt.Sprintf("%q is not projects/P/regions/R/resourcePolicies/NAME", s)})
+				case zone == "" || !strings.HasPrefix(zone, m[1]+"-"):
+					out = append(out, violation{path, fmt.Sprintf("policy of region %s on an instance in zone %q", m[1], zone)})
+				}
+			}
+			return out
+		}},
+	{"compute.instances.insert", "compact placement: TERMINATE and a supported series", srcPlacement + ` (compact policies take only instances that stop on host maintenance); ` +
+		srcCompactMT + ` ("Supported machine types"); the adapter attaches only compact placement policies`,
+		func(b map[string]any) []violation {
+			if len(list(b, "resourcePolicies")) == 0 {
+				return nil
+			}
+			var out []violation
+			if ohm := str(sub(b, "scheduling"), "onHostMaintenance"); ohm != "TERMINATE" {
+				out = append(out, violation{"resource.scheduling.onHostMaintenance", fmt.Sprintf("%q with a compact placement policy, want TERMINATE", ohm)})
+			}
+			if s := machineSeries(b); !slices.Contains(compactPlacementSeries, s) {
+				out = append(out, violation{"resource.machineType", fmt.Sprintf("series %s takes no compact placement policy (only %v)", s, compactPlacementSeries)})
+			}
+			return out
+		}},
+	{"compute.resourcePolicies.insert", "a compact placement policy", srcCompact + ` (a compact policy is a group placement policy with collocation COLLOCATED); ` +
+		srcDiscovery + ` ResourcePolicyGroupPlacementPolicy.vmCount ("Google does not recommend that you use this field unless ... you want your policy to work only if it contains this exact number of VMs")`,
+		func(b map[string]any) []violation {
+			g := sub(b, "groupPlacementPolicy")
+			var out []violation
+			if str(g, "collocation") != "COLLOCATED" {
+				out = append(out, violation{"resource.groupPlacementPolicy.collocation", fmt.Sprintf("%q, want COLLOCATED", str(g, "collocation"))})
+			}
+			for _, k := range []string{"vmCount", "availabilityDomainCount"} {
+				if _, ok := g[k]; ok {
+					out = append(out, violation{"resource.groupPlacementPolicy." + k, "set: the cluster's size is not fixed (vmCount) and a spread count is no compact policy"})
+				}
 			}
 			return out
 		}},

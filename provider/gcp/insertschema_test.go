@@ -14,16 +14,32 @@ import (
 )
 
 // sentInserts is what the adapter put on the wire for one launch: the
-// firewalls.insert of Prepare and the instances.insert of Create.
+// firewalls.insert of Prepare, the instances.insert of Create and, for a
+// spec with a placement group, the resourcePolicies.insert of
+// EnsurePlacementGroup.
 type sentInserts struct {
 	Firewall, Instance request
+	Policy             *request
 }
 
-// launchBodies runs Prepare and Create for offer on a fresh mock and
-// returns the two insert requests as sent.
+// launchBodies runs EnsurePlacementGroup (when spec has a placement group),
+// Prepare and Create for offer on a fresh mock and returns the insert
+// requests as sent.
 func launchBodies(t *testing.T, p *gcp.Provider, c *cloud, offer provider.Offer, spec *provider.InstanceSpec) sentInserts {
 	t.Helper()
 	ctx := context.Background()
+	var sent sentInserts
+	if spec.PlacementGroup != "" {
+		labels := map[string]string{provider.LabelInstallation: spec.Installation, provider.LabelCluster: "c"}
+		if err := p.EnsurePlacementGroup(ctx, offer.Location, spec.PlacementGroup, labels); err != nil {
+			t.Fatal(err)
+		}
+		pols := c.calls("POST /compute/v1/projects/" + project + "/regions/" + offer.Location.Region + "/resourcePolicies")
+		if len(pols) != 1 {
+			t.Fatalf("%d resource policy inserts, want one", len(pols))
+		}
+		sent.Policy = &pols[0]
+	}
 	prep, err := p.Prepare(ctx, &offer, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +52,8 @@ func launchBodies(t *testing.T, p *gcp.Provider, c *cloud, offer provider.Offer,
 	if len(fws) != 1 || len(ins) != 1 {
 		t.Fatalf("%d firewall and %d instance inserts, want one each", len(fws), len(ins))
 	}
-	return sentInserts{Firewall: fws[0], Instance: ins[0]}
+	sent.Firewall, sent.Instance = fws[0], ins[0]
+	return sent
 }
 
 // decoded returns r's body as a generic JSON object.
@@ -53,17 +70,20 @@ func decoded(t *testing.T, r request) map[string]any {
 // core accepts (the root package is not imported here).
 const gpuprovMaxNameLength = 50
 
-// The instances.insert and firewalls.insert bodies the adapter really sends
-// (as the REST client serializes them, captured by the mock) pass the check
-// against Compute Engine's discovery document: every field exists in the
-// schema with its JSON type and format, enum values are the schema's, the
-// name and tags match their patterns, required fields are there, nothing
-// output-only is sent, GPU and Spot VMs terminate on host maintenance,
-// labels keep the label rules, the firewall's protocols, ports and CIDRs
-// are well formed, and the rule targets the tag the instance carries.
+// The instances.insert, firewalls.insert and resourcePolicies.insert
+// bodies the adapter really sends (as the REST client serializes them,
+// captured by the mock) pass the check against Compute Engine's discovery
+// document: every field exists in the schema with its JSON type and
+// format, enum values are the schema's, the name and tags match their
+// patterns, required fields are there, nothing output-only is sent, GPU
+// and Spot VMs terminate on host maintenance, labels keep the label rules,
+// the firewall's protocols, ports and CIDRs are well formed, the rule
+// targets the tag the instance carries, and an instance of a compact
+// cluster names the compact placement policy of its region.
 func TestInsertBodiesMatchDiscovery(t *testing.T) {
 	doc := loadDiscovery(t)
 	instInsert, fwInsert := doc.method(t, "instances", "insert"), doc.method(t, "firewalls", "insert")
+	policyInsert := doc.method(t, "resourcePolicies", "insert")
 	// The longest VM name the core accepts (MaxNameLength 50) and a
 	// label-sized installation id.
 	longName := strings.Repeat("a1-", 16) + "zz"
@@ -81,6 +101,7 @@ func TestInsertBodiesMatchDiscovery(t *testing.T) {
 		model     string
 		disk      int               // the offer's disk, as the core raised it for Request.DiskGB
 		labels    map[string]string // Request.Labels
+		group     string            // the compact cluster's placement group
 	}{
 		{name: "on-demand L4 (g2), longest name", vm: longName, req: l4, zone: "us-central1-a"},
 		{name: "spot A100 x8 (a2)", vm: "spot-a100", req: provider.ResourceRequest{GPU: "A100-40GB", GPUCount: 8, Spot: provider.SpotOnly},
@@ -91,6 +112,9 @@ func TestInsertBodiesMatchDiscovery(t *testing.T) {
 			zone: "us-central1-b", forceSpot: true, accel: "nvidia-tesla-t4", model: "SPOT"},
 		{name: "the request's disk and labels", vm: "needs", req: l4, zone: "us-central1-a", disk: 750,
 			labels: map[string]string{"team": "ml", "cost-center": "r-and-d"}},
+		{name: "compact cluster node, L4 (g2)", vm: "ring-0", req: l4, zone: "us-central1-a", group: "gpuprov-ring"},
+		{name: "compact cluster node, spot A100 x8 (a2)", vm: "ring-1", req: provider.ResourceRequest{GPU: "A100-40GB", GPUCount: 8, Spot: provider.SpotOnly},
+			zone: "us-central1-a", spot: true, model: "SPOT", group: "gpuprov-" + strings.Repeat("r", 55)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, mt := newCloud(t)
@@ -104,12 +128,20 @@ func TestInsertBodiesMatchDiscovery(t *testing.T) {
 			}
 			spec := newSpec(t, tc.vm)
 			spec.UserLabels = tc.labels
+			spec.PlacementGroup = tc.group
 			sent := launchBodies(t, p, c, o, spec)
 
-			for _, r := range []struct {
+			checks := []struct {
 				m   *discoveryMethod
 				req request
-			}{{instInsert, sent.Instance}, {fwInsert, sent.Firewall}} {
+			}{{instInsert, sent.Instance}, {fwInsert, sent.Firewall}}
+			if sent.Policy != nil {
+				checks = append(checks, struct {
+					m   *discoveryMethod
+					req request
+				}{policyInsert, *sent.Policy})
+			}
+			for _, r := range checks {
 				if v := doc.checkRequest(r.m, url.Values(r.req.Query), r.req.Body); len(v) > 0 {
 					// The body is not printed: its user-data holds a host key.
 					t.Errorf("%s body breaks the discovery document (revision %s):\n%s", r.m.ID, doc.Revision, joinViolations(v))
@@ -151,6 +183,18 @@ func TestInsertBodiesMatchDiscovery(t *testing.T) {
 					t.Fatalf("label %s=%s missing on the instance %v or its disk %v", k, v, sub(in, "labels"), sub(boot, "labels"))
 				}
 			}
+			// A compact cluster's node names the policy that was made.
+			wantPolicies := []any(nil)
+			if tc.group != "" {
+				pol := decoded(t, *sent.Policy)
+				if str(pol, "name") != tc.group || str(sub(pol, "groupPlacementPolicy"), "collocation") != "COLLOCATED" {
+					t.Fatalf("policy %v", pol)
+				}
+				wantPolicies = []any{"projects/" + project + "/regions/" + o.Location.Region + "/resourcePolicies/" + tc.group}
+			}
+			if got := list(in, "resourcePolicies"); !slices.Equal(got, wantPolicies) {
+				t.Fatalf("resource policies %v, want %v", got, wantPolicies)
+			}
 			// SSH reaches the VM only if the rule targets a tag it carries.
 			tags := list(sub(in, "tags"), "items")
 			for _, tg := range list(fw, "targetTags") {
@@ -179,10 +223,17 @@ func TestInsertCheckRejectsBrokenBodies(t *testing.T) {
 	o := offerIn(t, p, provider.ResourceRequest{GPU: "T4", GPUCount: 4}, "us-central1-b", false)
 	sent := launchBodies(t, p, c, o, newSpec(t, "broken"))
 	query := url.Values(sent.Instance.Query)
+	// A compact cluster's node, for the resource policy's body.
+	cc, cmt := newCloud(t)
+	cp := cc.provider(t, cmt, gcp.Config{})
+	cspec := newSpec(t, "broken-ring")
+	cspec.PlacementGroup = "gpuprov-ring"
+	compact := launchBodies(t, cp, cc, offerIn(t, cp, l4, "us-central1-a", false), cspec)
 
 	for _, tc := range []struct {
 		name     string
 		firewall bool
+		policy   bool // the resourcePolicies.insert body
 		query    url.Values
 		mutate   func(b map[string]any)
 		path     string // the violation's field
@@ -252,6 +303,41 @@ func TestInsertCheckRejectsBrokenBodies(t *testing.T) {
 		{name: "zero requestId", query: url.Values{"requestId": {"00000000-0000-0000-0000-000000000000"}}, path: "?requestId", says: "non-zero UUID"},
 		{name: "unknown query parameter", query: url.Values{"requestID": {query.Get("requestId")}}, path: "?requestID", says: "not a query parameter"},
 
+		{name: "compact placement policy on an N1 machine type", path: "resource.machineType", says: "takes no compact placement policy",
+			mutate: func(b map[string]any) {
+				b["resourcePolicies"] = []any{"projects/" + project + "/regions/us-central1/resourcePolicies/gpuprov-ring"}
+			}},
+		{name: "resource policy of another region", path: "resource.resourcePolicies[0]", says: "policy of region europe-west4",
+			mutate: func(b map[string]any) {
+				b["resourcePolicies"] = []any{"projects/" + project + "/regions/europe-west4/resourcePolicies/gpuprov-ring"}
+			}},
+		{name: "resource policy by bare name", path: "resource.resourcePolicies[0]", says: "is not projects/P/regions/R/resourcePolicies/NAME",
+			mutate: func(b map[string]any) { b["resourcePolicies"] = []any{"gpuprov-ring"} }},
+		{name: "compact placement with MIGRATE", path: "resource.scheduling.onHostMaintenance", says: "with a compact placement policy",
+			mutate: func(b map[string]any) {
+				delete(b, "guestAccelerators")
+				b["machineType"] = "zones/us-central1-b/machineTypes/c2-standard-4" // no GPUs: only the compact rule bites
+				b["resourcePolicies"] = []any{"projects/" + project + "/regions/us-central1/resourcePolicies/gpuprov-ring"}
+				sub(b, "scheduling")["onHostMaintenance"] = "MIGRATE"
+			}},
+
+		{name: "policy collocation in lower case", policy: true, path: "resource.groupPlacementPolicy.collocation", says: "is not one of [COLLOCATED UNSPECIFIED_COLLOCATION]",
+			mutate: func(b map[string]any) { sub(b, "groupPlacementPolicy")["collocation"] = "collocated" }},
+		{name: "policy that is not compact", policy: true, path: "resource.groupPlacementPolicy.collocation", says: "want COLLOCATED",
+			mutate: func(b map[string]any) { sub(b, "groupPlacementPolicy")["collocation"] = "UNSPECIFIED_COLLOCATION" }},
+		{name: "policy with labels (resource policies take none)", policy: true, path: "resource.labels", says: "unknown field",
+			mutate: func(b map[string]any) { b["labels"] = map[string]any{"gpuprov-cluster": "ring"} }},
+		{name: "policy vmCount as a string", policy: true, path: "resource.groupPlacementPolicy.vmCount", says: "want an integer",
+			mutate: func(b map[string]any) { sub(b, "groupPlacementPolicy")["vmCount"] = "2" }},
+		{name: "policy with a fixed vmCount", policy: true, path: "resource.groupPlacementPolicy.vmCount", says: "set:",
+			mutate: func(b map[string]any) { sub(b, "groupPlacementPolicy")["vmCount"] = 2 }},
+		{name: "policy name with an upper-case letter", policy: true, path: "resource.name", says: "does not match",
+			mutate: func(b map[string]any) { b["name"] = "gpuprov-Ring" }},
+		{name: "policy with an output-only selfLink", policy: true, path: "resource.selfLink", says: "output only",
+			mutate: func(b map[string]any) {
+				b["selfLink"] = "https://compute.googleapis.com/compute/v1/projects/p/regions/r/resourcePolicies/x"
+			}},
+
 		{name: "firewall direction outside the enum", firewall: true, path: "resource.direction", says: "is not one of [EGRESS INGRESS]",
 			mutate: func(b map[string]any) { b["direction"] = "IN" }},
 		{name: "firewall rule without a protocol", firewall: true, path: "resource.allowed[0].IPProtocol", says: "missing",
@@ -275,8 +361,11 @@ func TestInsertCheckRejectsBrokenBodies(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, req := doc.method(t, "instances", "insert"), sent.Instance
-			if tc.firewall {
+			switch {
+			case tc.firewall:
 				m, req = doc.method(t, "firewalls", "insert"), sent.Firewall
+			case tc.policy:
+				m, req = doc.method(t, "resourcePolicies", "insert"), *compact.Policy
 			}
 			q := url.Values(req.Query)
 			if tc.query != nil {

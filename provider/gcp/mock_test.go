@@ -48,14 +48,17 @@ type apiFault struct {
 
 // cloud is a small stateful fake of the Compute Engine API: instances
 // inserted are listed, read and deleted; firewalls are inserted and
-// deleted; every mutation returns an operation that the operations
-// endpoints serve. It runs behind an httpmock transport.
+// deleted; resource policies are inserted, read and deleted, and refused
+// deletion while an instance names them; every mutation returns an
+// operation that the operations endpoints serve. It runs behind an
+// httpmock transport.
 type cloud struct {
 	t  *testing.T
 	mu sync.Mutex
 
 	instances map[string]map[string]*computepb.Instance // zone → name → instance
 	firewalls map[string]*computepb.Firewall
+	policies  map[string]*computepb.ResourcePolicy // region/name → policy
 	ops       map[string]*computepb.Operation
 	zoneOps   map[string][]*computepb.Operation // zone → system events
 	requestID map[string]*computepb.Operation   // insert requestId → its operation
@@ -71,6 +74,10 @@ type cloud struct {
 	lag int
 	// insertFaults[zone] makes the next inserts in zone fail (popped in order).
 	insertFaults map[string][]opFault
+	// policyFaults makes the next resource policy inserts or deletes that
+	// reach an operation end in these errors (popped in order), changing
+	// nothing.
+	policyFaults []opFault
 	// syncFaults[method path-suffix] answers the next such calls with errors.
 	syncFaults map[string][]apiFault
 	// acceleratorZones answers aggregated acceleratorTypes; nil answers 500.
@@ -89,7 +96,7 @@ type cloud struct {
 func newCloud(t *testing.T) (*cloud, *httpmock.MockTransport) {
 	c := &cloud{t: t, instances: map[string]map[string]*computepb.Instance{}, firewalls: map[string]*computepb.Firewall{},
 		ops: map[string]*computepb.Operation{}, zoneOps: map[string][]*computepb.Operation{}, requestID: map[string]*computepb.Operation{},
-		lagging: map[uint64]int{}, deleting: map[uint64]bool{}, nextID: 7000000000000000001,
+		lagging: map[uint64]int{}, deleting: map[uint64]bool{}, nextID: 7000000000000000001, policies: map[string]*computepb.ResourcePolicy{},
 		insertFaults: map[string][]opFault{}, syncFaults: map[string][]apiFault{}, notOffered: map[string]bool{}}
 	mt := httpmock.NewMockTransport()
 	mt.RegisterNoResponder(c.serve)
@@ -161,6 +168,10 @@ func (c *cloud) serve(req *http.Request) (*http.Response, error) {
 		return msg(c.newOp("", "delete", 0, nil)), nil
 	case req.Method == "GET" && len(p) == 3 && p[0] == "global" && p[1] == "operations":
 		return c.getOp(p[2]), nil
+	case len(p) >= 3 && p[0] == "regions" && p[2] == "resourcePolicies":
+		return c.resourcePolicies(req.Method, p[1], p[3:], body), nil
+	case req.Method == "GET" && len(p) == 4 && p[0] == "regions" && p[2] == "operations":
+		return c.getOp(p[3]), nil
 	case req.Method == "GET" && len(p) == 2 && p[0] == "aggregated" && p[1] == "instances":
 		return c.aggregated(req.URL.Query().Get("filter")), nil
 	case req.Method == "GET" && len(p) == 2 && p[0] == "aggregated" && p[1] == "acceleratorTypes":
@@ -237,6 +248,11 @@ func (c *cloud) insert(zone, requestID string, body []byte) *http.Response {
 	}
 	if r := c.notOfferedAnswer(zone, &in); r != nil {
 		return r
+	}
+	for _, rp := range in.GetResourcePolicies() {
+		if _, ok := c.policies[policyKey(rp)]; !ok {
+			return apiErr(404, "notFound", fmt.Sprintf("The resource '%s' was not found", rp))
+		}
 	}
 	if fs := c.insertFaults[zone]; len(fs) > 0 {
 		c.insertFaults[zone] = fs[1:]

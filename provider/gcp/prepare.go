@@ -29,8 +29,18 @@ type prepared struct {
 // current image). A rule that already exists is adopted, so Prepare is
 // idempotent. Firewall rules are global: one rule serves the VM in every
 // zone. SSH keys go in the instance's own metadata at Create, never in
-// project metadata.
+// project metadata. With spec.PlacementGroup, an offer whose machine series
+// takes no compact placement policy (N1) is refused as Unavailable before
+// anything is made.
 func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
+	if spec.PlacementGroup != "" {
+		var d offerDetail
+		if err := json.Unmarshal(offer.Detail, &d); err == nil && d.MachineType != "" {
+			if err := p.checkCompact("prepare", offer, d.MachineType); err != nil {
+				return nil, err
+			}
+		}
+	}
 	name := provider.ResourceName(spec.VM)
 	fw := &computepb.Firewall{
 		Name:         proto(name),
