@@ -4,68 +4,52 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"log"
+	"net"
 	"time"
 
-	gossh "golang.org/x/crypto/ssh"
-
-	"github.com/org/gpuprov/internal/sshd"
 	"github.com/org/gpuprov/ssh"
 )
 
 // A VM whose host key gpuprov generated and injected: wait for it, install
-// a file, run commands.
+// a file, run commands. It needs a VM at ip, so it is compiled but not run;
+// TestWaitWriteRunOnAVMWithAnInjectedHostKey runs the same steps against an
+// in-process server.
 func Example() {
 	hostKey, _ := ssh.GenerateKey()   // injected through cloud-init
 	clientKey, _ := ssh.GenerateKey() // authorized through cloud-init
-	dir, _ := os.MkdirTemp("", "vm")
-	defer os.RemoveAll(dir)
-	vm, err := sshd.Start(sshd.Config{ // stands in for the VM
-		HostKey:        hostKey.Signer,
-		AuthorizedKeys: []gossh.PublicKey{clientKey.Signer.PublicKey()},
-		Dir:            dir,
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer vm.Close()
+	ip := "203.0.113.10"              // the instance's address, from the cloud
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // the boot budget
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // the boot budget
 	defer cancel()
 	policy, err := ssh.FixedHostKey(hostKey.AuthorizedKey)
 	if err != nil {
-		fmt.Println(err)
-		return
+		log.Fatal(err)
 	}
 	client, err := ssh.WaitReady(ctx, ssh.Config{
-		Addr:    vm.Addr(),
+		Addr:    net.JoinHostPort(ip, "22"),
 		User:    "ubuntu",
 		Signer:  clientKey.Signer,
 		HostKey: policy,
 	})
 	if err != nil {
-		fmt.Println(err)
-		return
+		log.Fatal(err)
 	}
 	defer client.Close()
 
-	path := filepath.Join(dir, "etc", "app.conf")
-	if err := client.WriteFile(ctx, path, []byte("token: never on a command line\n"), 0o600); err != nil {
-		fmt.Println(err)
-		return
+	// Written under sudo -n, since ubuntu is not root.
+	if err := client.WriteFile(ctx, "/etc/app.conf", []byte("token: never on a command line\n"), 0o600); err != nil {
+		log.Fatal(err)
 	}
-	res, err := client.Run(ctx, ssh.Command("cat", path))
-	fmt.Printf("%s%v\n", res.Stdout, err)
+	res, err := client.Run(ctx, ssh.Command("cat", "/etc/app.conf"), ssh.WithSudo())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s", res.Stdout)
 
-	_, err = client.Run(ctx, "echo 'no such unit' >&2; exit 3")
+	_, err = client.Run(ctx, ssh.Command("systemctl", "is-active", "app"))
 	var exit *ssh.ExitError
 	if errors.As(err, &exit) {
 		fmt.Printf("exit %d: %s", exit.Code, exit.Stderr)
 	}
-	// Output:
-	// token: never on a command line
-	// <nil>
-	// exit 3: no such unit
 }

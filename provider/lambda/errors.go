@@ -6,20 +6,24 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/org/gpuprov/internal/rest"
 	"github.com/org/gpuprov/provider"
 )
 
 // APIError is an error answer of the Lambda Cloud API:
-// {"error":{"code","message","suggestion"}}. It wraps the *rest.Error it
-// was parsed from; errors.As reaches both.
+// {"error":{"code","message","suggestion"}}. Every error of a call that got
+// one wraps it (errors.As reaches it through the *provider.Error), and it
+// wraps the HTTP answer it was parsed from, whose text names the method,
+// path, status and body.
 type APIError struct {
-	Status     int
+	Status     int    // HTTP status
 	Code       string // "instance-operations/launch/insufficient-capacity", ...
 	Message    string
 	Suggestion string
-	Err        *rest.Error
+	RetryAfter time.Duration // from the Retry-After header; 0 without one
+	Err        error         // the HTTP answer; never nil in what the adapter returns
 }
 
 func (e *APIError) Error() string {
@@ -115,7 +119,7 @@ var codeKinds = map[string]provider.ErrorKind{
 
 // parseError reads Lambda's error body from a *rest.Error.
 func parseError(re *rest.Error) *APIError {
-	e := &APIError{Status: re.Status, Err: re}
+	e := &APIError{Status: re.Status, RetryAfter: re.RetryAfter, Err: re}
 	var w struct {
 		Error struct {
 			Code       string `json:"code"`
@@ -159,7 +163,7 @@ func classifyAPI(name, op string, e *APIError) *provider.Error {
 			kind = provider.Failed
 		}
 	}
-	pe := &provider.Error{Kind: kind, Op: op, Provider: name, Err: e, RetryAfter: e.Err.RetryAfter}
+	pe := &provider.Error{Kind: kind, Op: op, Provider: name, Err: e, RetryAfter: e.RetryAfter}
 	if e.Code == CodeQuotaExceeded {
 		pe.Block = provider.ScopeProvider // Lambda's quotas are per account, not per region
 	}

@@ -58,8 +58,12 @@ func TestClassify(t *testing.T) {
 			if !errors.Is(pe, tc.kind) || !IsAPIError(pe) {
 				t.Fatalf("%v does not wrap the API error", pe)
 			}
+			var ae *APIError
+			if !errors.As(pe, &ae) || ae.Status != tc.status || ae.RetryAfter != tc.retryAfter {
+				t.Fatalf("%v does not wrap the API error with its status and Retry-After", pe)
+			}
 			var r *rest.Error
-			if !errors.As(pe, &r) || r.Status != tc.status {
+			if !errors.As(pe, &r) || r.Status != tc.status || rest.StatusOf(pe) != tc.status {
 				t.Fatalf("%v does not reach the rest error", pe)
 			}
 			if tc.code != "" && !IsAPIError(pe, tc.code) {

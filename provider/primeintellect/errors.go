@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/org/gpuprov/internal/rest"
 	"github.com/org/gpuprov/provider"
@@ -14,11 +15,15 @@ import (
 // APIError is an error answer of the Prime Intellect API. The API answers
 // FastAPI-style: {"detail": "..."} or {"detail": [{"loc", "msg"}]}, and its
 // OpenAPI spec documents {"errors": [{"param", "details"}]} for 422; Message
-// gathers whichever is present. It wraps the *rest.Error it came from.
+// gathers whichever is present. Every error of a call that got one wraps
+// it (errors.As reaches it through the *provider.Error), and it wraps the
+// HTTP answer it was parsed from, whose text names the method, path, status
+// and body.
 type APIError struct {
-	Status  int
-	Message string
-	Err     *rest.Error
+	Status     int // HTTP status
+	Message    string
+	RetryAfter time.Duration // from the Retry-After header; 0 without one
+	Err        error         // the HTTP answer; never nil in what the adapter returns
 }
 
 func (e *APIError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message) }
@@ -26,7 +31,7 @@ func (e *APIError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Status, 
 func (e *APIError) Unwrap() error { return e.Err }
 
 func parseError(re *rest.Error) *APIError {
-	e := &APIError{Status: re.Status, Err: re}
+	e := &APIError{Status: re.Status, RetryAfter: re.RetryAfter, Err: re}
 	var w struct {
 		Detail  json.RawMessage `json:"detail"`
 		Message string          `json:"message"`
@@ -105,7 +110,7 @@ func containsAny(s string, phrases []string) bool {
 //	other 400                                InvalidRequest
 //	anything else                            Failed
 func classifyAPI(name, op string, e *APIError) *provider.Error {
-	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: name, Err: e, RetryAfter: e.Err.RetryAfter}
+	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: name, Err: e, RetryAfter: e.RetryAfter}
 	switch {
 	case e.Status == http.StatusPaymentRequired || (e.Status >= 400 && e.Status < 500 && containsAny(e.Message, walletPhrases)):
 		pe.Kind, pe.Block = provider.Quota, provider.ScopeProvider

@@ -51,6 +51,13 @@ func TestClassify(t *testing.T) {
 			if !errors.As(pe, &ae) || ae.Status != tc.status || !errors.Is(pe, tc.kind) {
 				t.Fatalf("%v does not wrap the API error", pe)
 			}
+			if ae.RetryAfter != tc.after {
+				t.Fatalf("APIError.RetryAfter = %s, want %s", ae.RetryAfter, tc.after)
+			}
+			// The adapter's own checks (isGone) reach the HTTP answer through it.
+			if rest.StatusOf(pe) != tc.status {
+				t.Fatalf("rest.StatusOf(%v) = %d, want %d", pe, rest.StatusOf(pe), tc.status)
+			}
 		})
 	}
 }

@@ -6,19 +6,24 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/org/gpuprov/internal/rest"
 	"github.com/org/gpuprov/provider"
 )
 
 // APIError is an error answer of RunPod's REST API v2, an RFC 9457 problem:
-// {"title", "status", "detail", "errors"}. It wraps the *rest.Error.
+// {"title", "status", "detail", "errors"}. Every error of a call that got
+// one wraps it (errors.As reaches it through the *provider.Error), and it
+// wraps the HTTP answer it was parsed from, whose text names the method,
+// path, status and body.
 type APIError struct {
-	Status int
-	Title  string
-	Detail string
-	Errors []string // request-validation failures (422)
-	Err    *rest.Error
+	Status     int // HTTP status
+	Title      string
+	Detail     string
+	Errors     []string      // request-validation failures (422)
+	RetryAfter time.Duration // from the Retry-After header; 0 without one
+	Err        error         // the HTTP answer; never nil in what the adapter returns
 }
 
 func (e *APIError) Error() string {
@@ -32,7 +37,7 @@ func (e *APIError) Error() string {
 func (e *APIError) Unwrap() error { return e.Err }
 
 func parseError(re *rest.Error) *APIError {
-	e := &APIError{Status: re.Status, Err: re}
+	e := &APIError{Status: re.Status, RetryAfter: re.RetryAfter, Err: re}
 	var w struct {
 		Title   string   `json:"title"`
 		Detail  string   `json:"detail"`
@@ -81,7 +86,7 @@ const CapacityText = "no longer any instances available"
 // version 2.0.0 of 2026-08-18: deletePod answers 409 "Pod belongs to a
 // cluster and cannot be terminated via the pod endpoints".)
 func classifyAPI(name, op string, e *APIError) *provider.Error {
-	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: name, Err: e, RetryAfter: e.Err.RetryAfter}
+	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: name, Err: e, RetryAfter: e.RetryAfter}
 	create := op == "create"
 	switch {
 	case e.Status == http.StatusBadRequest && strings.Contains(strings.ToLower(e.Detail), CapacityText):
