@@ -91,3 +91,95 @@ func TestRecoverReportSaysWhatBecameOfEachVM(t *testing.T) {
 		}
 	}
 }
+
+// RecoverReport says when Recover finished a teardown that a dead process
+// had begun, and when it stopped driving a VM before an end (here its
+// journal writes fail), leaving it for a later Recover, which resumes it.
+func TestRecoverReportSaysWhenATeardownFinishedOrDrivingStopped(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+
+	// A Delete whose process died once the VM was journaled deleting,
+	// before anything was sent to the cloud.
+	if _, err := e.p.Launch(ctx, h100("leaving")); err != nil {
+		t.Fatal(err)
+	}
+	dying := e.provisioner(&crashJournal{Journal: e.j, left: 1})
+	if err := dying.Delete(ctx, "leaving"); !errors.Is(err, errCrash) {
+		t.Fatalf("delete: %v", err)
+	}
+	dying.Close()
+	if row, err := e.j.GetVM(ctx, "leaving"); err != nil || row.State != journal.StateDeleting || len(e.liveOf("leaving")) != 1 {
+		t.Fatalf("before recover: %+v %v, live %v; want deleting with its instance", row.State, err, e.liveOf("leaving"))
+	}
+	// A launch killed early, which the recovering process cannot journal.
+	crashed := e.provisioner(&crashJournal{Journal: e.j, left: 3})
+	if _, err := crashed.Launch(ctx, h100("cut")); !errors.Is(err, errCrash) {
+		t.Fatalf("launch: %v", err)
+	}
+	crashed.Close()
+
+	e.clk.Advance(2 * time.Minute) // the dead processes' leases expire
+	rec := e.provisioner(&cutJournal{Journal: e.j, vm: "cut"})
+	rep, err := rec.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.VMs) != 2 {
+		t.Fatalf("report %+v, want cut and leaving", rep.VMs)
+	}
+	cut, leaving := rep.VMs[0], rep.VMs[1]
+	if leaving.Name != "leaving" || leaving.Outcome != gpuprov.OutcomeDeleted || leaving.State != journal.StateDeleting || leaving.Err != nil {
+		t.Errorf("leaving: %+v, want deleted from state deleting without error", leaving)
+	}
+	if row := e.assertClean("leaving"); row.State != journal.StateDeleted {
+		t.Errorf("leaving: journal says %s after Recover finished its teardown", row.State)
+	}
+	if cut.Name != "cut" || cut.Outcome != gpuprov.OutcomeInterrupted || !errors.Is(cut.Err, errJournalDown) || cut.State != journal.StateProvisioning {
+		t.Errorf("cut: %+v, want interrupted with the journal's error, found provisioning", cut)
+	}
+	if row, err := e.j.GetVM(ctx, "cut"); err != nil || !row.State.Active() {
+		t.Fatalf("cut after the interrupted recover: %s %v, want still active", row.State, err)
+	}
+
+	// The journal is back: the next Recover finishes what was interrupted.
+	rep, err = e.p.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.VMs) != 1 || rep.VMs[0].Name != "cut" || rep.VMs[0].Outcome != gpuprov.OutcomeReady {
+		t.Fatalf("second recover: %+v, want cut ready", rep.VMs)
+	}
+	e.assertClean("cut")
+}
+
+var errJournalDown = errors.New("journal unreachable")
+
+// cutJournal fails every write about one VM, as a journal a process has
+// lost its connection to would, and lets every other through.
+type cutJournal struct {
+	journal.Journal
+	vm string
+}
+
+func (c *cutJournal) Commit(ctx context.Context, s *journal.Step) error {
+	about := (s.Update != nil && s.Update.Name == c.vm) || (s.Create != nil && s.Create.Name == c.vm)
+	for _, ev := range s.Events {
+		about = about || ev.VM == c.vm
+	}
+	if about {
+		return errJournalDown
+	}
+	return c.Journal.Commit(ctx, s)
+}
+
+// liveOf returns the live instances of one VM on every fake.
+func (e *env) liveOf(vm string) []pt.Instance {
+	var out []pt.Instance
+	for _, in := range e.live() {
+		if in.VM == vm {
+			out = append(out, in)
+		}
+	}
+	return out
+}

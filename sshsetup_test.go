@@ -9,11 +9,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/internal/sshd"
 	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/ssh"
 )
 
 func newSigner(t *testing.T) gossh.Signer {
@@ -115,4 +118,42 @@ func TestLaunchErrorCarriesTheLastCause(t *testing.T) {
 		t.Fatalf("launch error %v; want offers exhausted with the refused key", err)
 	}
 	e.assertClean("locked")
+}
+
+// A launch whose node refuses the Provisioner's key over real SSH (an
+// in-process sshd that authorizes another key) fails naming the refusal
+// and the key refused, in its error and not only in its events.
+func TestLaunchErrorNamesARealSSHAuthFailure(t *testing.T) {
+	key, other := newSigner(t), newSigner(t)
+	srv, err := sshd.Start(sshd.Config{HostKey: newSigner(t), AuthorizedKeys: []gossh.PublicKey{other.PublicKey()}, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	e := newEnv(t)
+	for _, f := range e.fakes {
+		f.SSHPort = srv.Port()
+		// The test sshd has its own host key: pinned on first contact.
+		f.Caps.Unsupported = []provider.Feature{provider.FeatureUserData}
+	}
+	// The connector's waits and the connect budget run on the fake clock:
+	// the minute of retries takes a few real handshakes.
+	p := e.provisioner(e.j, gpuprov.WithSSHKey(key), gpuprov.WithConnector(&gpuprov.SSHConnector{Sleep: e.clk.Sleep}),
+		gpuprov.WithPhaseTimeouts(time.Minute, time.Minute))
+	req := h100("refused")
+	req.MaxOffers = 1
+	_, err = p.Launch(context.Background(), req)
+	if err == nil {
+		t.Fatal("launch on a node that refuses the key succeeded")
+	}
+	fp := gossh.FingerprintSHA256(key.PublicKey())
+	for _, want := range []string{"unable to authenticate", "refused key " + fp} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("launch error %q does not say %q", err, want)
+		}
+	}
+	if !errors.Is(err, gpuprov.ErrOffersExhausted) || !errors.Is(err, ssh.ErrAuthFailed) {
+		t.Errorf("launch error %v: want errors.Is ErrOffersExhausted and ssh.ErrAuthFailed", err)
+	}
+	e.assertClean("refused")
 }
