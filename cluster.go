@@ -118,7 +118,7 @@ func (p *Provisioner) LaunchCluster(ctx context.Context, req ClusterRequest) (*C
 	if req.Placement != PlacementAny {
 		return p.launchPlaced(ctx, req, reqs)
 	}
-	cl, errs := p.launchNodes(ctx, req.Name, reqs, "", false)
+	cl, errs := p.launchNodes(ctx, req.Name, reqs, min, "", false)
 	ready := 0
 	for i, err := range errs {
 		if err != nil {
@@ -154,7 +154,7 @@ func (p *Provisioner) LaunchCluster(ctx context.Context, req ClusterRequest) (*C
 // when set, is the compact cluster's group every node is created in. With
 // failFast, the first node that fails cancels the others (a placed cluster
 // fails over as a whole).
-func (p *Provisioner) launchNodes(ctx context.Context, cluster string, reqs []Request, placementGroup string, failFast bool) (*Cluster, []error) {
+func (p *Provisioner) launchNodes(ctx context.Context, cluster string, reqs []Request, min int, placementGroup string, failFast bool) (*Cluster, []error) {
 	co := &coordinator{p: p, cluster: cluster, changed: make(chan struct{})}
 	var join func(context.Context, Node, Conn) error
 	if p.joiner != nil {
@@ -167,7 +167,8 @@ func (p *Provisioner) launchNodes(ctx context.Context, cluster string, reqs []Re
 	errs := make([]error, len(reqs))
 	for i := range reqs {
 		wg.Go(func() {
-			cl.Nodes[i], errs[i] = p.launchNode(ctx, reqs[i], cluster, join, placementGroup)
+			cl.Nodes[i], errs[i] = p.launchNode(ctx, reqs[i], clusterNode{cluster: cluster, join: join,
+				placementGroup: placementGroup, nodes: len(reqs), min: min})
 			if errs[i] != nil && failFast {
 				cancel(fmt.Errorf("%w: node %s failed", errClusterMoves, reqs[i].Name))
 			}
@@ -219,7 +220,7 @@ func (p *Provisioner) launchPlaced(ctx context.Context, req ClusterRequest, reqs
 			group = provider.PlacementGroupName(req.Name)
 		}
 		p.log.Info("cluster placed", "cluster", req.Name, "placement", req.Placement, "location", loc, "round", round)
-		cl, errs := p.launchNodes(ctx, req.Name, pinned, group, true)
+		cl, errs := p.launchNodes(ctx, req.Name, pinned, len(pinned), group, true)
 		var failed []error
 		for i, err := range errs {
 			if err != nil {

@@ -74,8 +74,8 @@ func runClusterCrash(t *testing.T, k int) (writes int, crashed bool) {
 
 // checkCluster checks that every node of cluster gpu ended ready and in
 // the cluster (one server, the others joined to it) or cleanly failed, with
-// nothing leaked; unless partial, all three must be ready.
-func checkCluster(t *testing.T, e *env, fn *fakeNodes, k int, partial bool) {
+// nothing leaked, and that all three are ready once any was journaled.
+func checkCluster(t *testing.T, e *env, fn *fakeNodes, k int, recovered bool) {
 	t.Helper()
 	fn.mu.Lock()
 	defer fn.mu.Unlock()
@@ -105,9 +105,14 @@ func checkCluster(t *testing.T, e *env, fn *fakeNodes, k int, partial bool) {
 	if len(ready) > 0 && !slices.Contains(ready, servers[0]) {
 		t.Fatalf("k=%d: server %s is not ready, yet nodes %v are", k, servers[0], ready)
 	}
+	// Recover launches the nodes the crash kept from being journaled: a
+	// cluster with any node journaled ends with all three ready.
 	rows, _ := e.j.ListVMs(context.Background(), journal.ListOptions{Cluster: "gpu"})
-	if (len(rows) == 3 || !partial) && len(ready) != 3 {
-		t.Fatalf("k=%d: only %v of 3 nodes ready", k, ready)
+	if len(rows) > 0 && len(ready) != 3 {
+		t.Fatalf("k=%d: only %v of 3 nodes ready (recovered: %v)", k, ready, recovered)
+	}
+	if len(rows) == 0 && len(e.live()) != 0 {
+		t.Fatalf("k=%d: no node journaled, yet instances %+v run", k, e.live())
 	}
 }
 
@@ -163,5 +168,58 @@ func TestRecoverWithoutJoinerSkipsClusterNodes(t *testing.T) {
 		if row, _ := e.j.GetVM(context.Background(), name); row.State == journal.StateReady || !strings.Contains(why, "WithJoiner") {
 			t.Fatalf("%s: %s, skipped because %q", name, row.State, why)
 		}
+	}
+}
+
+// TestRecoveredClusterIsAllOrNothing: a 3-node cluster killed early whose
+// node gpu-0 can never be created is, after Recover, given back whole: the
+// nodes that became ready are deleted, the report says why, and nothing
+// runs.
+func TestRecoveredClusterIsAllOrNothing(t *testing.T) {
+	clk := clock.NewFake(t0)
+	stop := clk.AutoAdvance()
+	defer stop()
+	fakes := standardFakes(clk)
+	for _, f := range fakes {
+		// Refused outright (no offer is blocked for the other nodes).
+		f.Script(&pt.Rule{Op: pt.OpCreate, Match: func(c *pt.Call) bool { return c.VM == "gpu-0" }, Err: pe(provider.InvalidRequest, "image not allowed")})
+	}
+	e := newEnvWith(t, clk, fakes)
+	e.p.Close()
+	fn := newFakeNodes()
+	nodeOpts := []gpuprov.Option{gpuprov.WithConnector(fn), gpuprov.WithBootstrapper(fn), gpuprov.WithJoiner(fn)}
+	cj := &crashJournal{Journal: e.j, left: 2}
+	p1 := e.provisioner(cj, nodeOpts...)
+	p1.LaunchCluster(context.Background(), gpuprov.ClusterRequest{Name: "gpu", Nodes: 3, Node: h100("")})
+	p1.Close()
+	if !cj.crashed {
+		t.Fatal("the journal did not die")
+	}
+	clk.Advance(2 * time.Minute)
+	rep, err := e.provisioner(e.j, nodeOpts...).Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := 0
+	for _, v := range rep.VMs {
+		if v.Outcome == gpuprov.OutcomeDeleted && v.Err != nil && strings.Contains(v.Err.Error(), "nodes ready, 3 needed") {
+			deleted++
+		}
+	}
+	rows, _ := e.j.ListVMs(context.Background(), journal.ListOptions{Cluster: "gpu"})
+	if len(rows) != 3 {
+		t.Fatalf("%d nodes journaled after Recover; want all 3 (the missing ones launched)", len(rows))
+	}
+	for _, r := range rows {
+		if r.State != journal.StateFailed && r.State != journal.StateDeleted {
+			t.Errorf("%s ended %s; want failed or deleted", r.Name, r.State)
+		}
+		e.assertClean(r.Name)
+	}
+	if deleted != 2 {
+		t.Errorf("report %+v: want the 2 ready nodes deleted, saying the cluster lacked a node", rep.VMs)
+	}
+	if live := e.live(); len(live) != 0 {
+		t.Fatalf("instances left: %+v", live)
 	}
 }

@@ -65,8 +65,11 @@ type driver struct {
 	// fsync per failover; lost in a crash, Recover redoes the (idempotent)
 	// teardown.
 	pending *journal.Step
-	// placementGroup is the compact cluster's placement group, if any.
-	placementGroup string
+	// placementGroup is the compact cluster's placement group, if any;
+	// clusterNodes and clusterMin the cluster's size and minimum
+	// (journaledRequest).
+	placementGroup           string
+	clusterNodes, clusterMin int
 	// plan is the plan nextOffer read last (a wait for capacity reads its
 	// blocks).
 	plan *PlanResult
@@ -87,6 +90,13 @@ type journaledRequest struct {
 	// PlacementGroup is the placement group of a node of a compact
 	// cluster (provider.InstanceSpec.PlacementGroup).
 	PlacementGroup string `json:"placement_group,omitempty"`
+	// ClusterNodes and ClusterMin are the node's cluster's size and the
+	// nodes it needs ready (LaunchCluster's Nodes and MinNodes, a 0
+	// minimum made Nodes): Recover launches the nodes a crash kept from
+	// being journaled and deletes the cluster's ready nodes when fewer
+	// than ClusterMin end ready. 0 in journals written before they existed.
+	ClusterNodes int `json:"cluster_nodes,omitempty"`
+	ClusterMin   int `json:"cluster_min,omitempty"`
 }
 
 func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {
@@ -95,7 +105,7 @@ func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {
 	if err := json.Unmarshal(row.Request, &jr); err != nil {
 		return nil, fmt.Errorf("gpuprov: VM %s: journaled request does not parse: %w", row.Name, err)
 	}
-	d.req, d.placementGroup = jr.Request, jr.PlacementGroup
+	d.req, d.placementGroup, d.clusterNodes, d.clusterMin = jr.Request, jr.PlacementGroup, jr.ClusterNodes, jr.ClusterMin
 	if row.Cluster != "" {
 		// Journals from before JoinCluster: a node joins when this process
 		// can form clusters.

@@ -23,16 +23,28 @@ func (p *Provisioner) Launch(ctx context.Context, req Request) (*VM, error) {
 }
 
 func (p *Provisioner) launch(ctx context.Context, req Request, cluster string, join func(context.Context, Node, Conn) error) (*VM, error) {
-	return p.launchNode(ctx, req, cluster, join, "")
+	return p.launchNode(ctx, req, clusterNode{cluster: cluster, join: join})
 }
 
-// launchNode is launch for a node of a compact cluster too, created in
-// placementGroup.
-func (p *Provisioner) launchNode(ctx context.Context, req Request, cluster string, join func(context.Context, Node, Conn) error, placementGroup string) (*VM, error) {
+// clusterNode is what launchNode needs to know of a node's cluster; the
+// zero value launches a VM of no cluster.
+type clusterNode struct {
+	cluster string
+	// join serves or joins the cluster (nil: no Joiner forms it).
+	join func(context.Context, Node, Conn) error
+	// placementGroup is the compact cluster's group the node is created in.
+	placementGroup string
+	// nodes and min are the cluster's size and the nodes it needs ready.
+	nodes, min int
+}
+
+// launchNode is launch for a VM that may be a node of a cluster.
+func (p *Provisioner) launchNode(ctx context.Context, req Request, cn clusterNode) (*VM, error) {
 	if err := req.normalize(p.providerSet()); err != nil {
 		return nil, err
 	}
-	jr := journaledRequest{Request: req, PlacementGroup: placementGroup}
+	cluster, join := cn.cluster, cn.join
+	jr := journaledRequest{Request: req, PlacementGroup: cn.placementGroup, ClusterNodes: cn.nodes, ClusterMin: cn.min}
 	if cluster != "" {
 		jr.JoinCluster = new(join != nil)
 	}
@@ -69,11 +81,13 @@ func (p *Provisioner) launchNode(ctx context.Context, req Request, cluster strin
 // drive runs a driver whose VM the caller holds (hold or claim), renewing
 // its lease, and lets go of it at the end.
 func (p *Provisioner) drive(ctx context.Context, d *driver) (*VM, error) {
-	defer func() { p.release(d.row.Name, !d.released) }()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := p.track(d.row.Name, cancel)
+	// Released before done says so: a Delete that cancelled this driver
+	// and waits for it then finds the VM free to claim.
 	defer done()
+	defer func() { p.release(d.row.Name, !d.released) }()
 	return d.run(ctx)
 }
 

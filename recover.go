@@ -58,7 +58,8 @@ const (
 type Recovered struct {
 	Name string
 	// State and Phase are where the journal had the VM; Owner is who held
-	// its lease then (empty: nobody).
+	// its lease then (empty: nobody). State is empty for a cluster node the
+	// crash kept from being journaled, which Recover launched.
 	State journal.VMState
 	Phase string
 	Owner string
@@ -76,7 +77,10 @@ type Recovered struct {
 // what is left of the deadline, a teardown is finished. A node of a cluster
 // that a Joiner forms is resumed through its join, whatever phase it was in:
 // the server elected before the crash keeps its role, and the nodes of one
-// cluster resumed together elect one server between them; without
+// cluster resumed together elect one server between them, the nodes the
+// crash kept from being journaled are launched beside them, and a cluster
+// that ends with fewer ready nodes than its minimum gives back the ready
+// ones, as LaunchCluster does; without
 // WithJoiner such nodes are skipped (RecoverReport.Skipped says why), never
 // called ready outside their cluster. It returns when every VM it took has
 // ended. VMs driven by live processes are left alone. A VM that was waiting
@@ -100,6 +104,10 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 		sem = make(chan struct{}, 64)
 		// The nodes of one cluster resumed here share its coordinator.
 		clusters = &resumedClusters{p: p}
+		// Take-overs that have acquired their VM (or given up): missing
+		// cluster nodes are launched once they have.
+		acquired   sync.WaitGroup
+		unfinished = map[string]*unfinishedCluster{} // under mu
 	)
 	found := func(r journal.VM) Recovered {
 		return Recovered{Name: r.Name, State: r.State, Phase: r.Phase, Owner: r.Owner}
@@ -147,9 +155,13 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 			dead = !a
 		}
 		sem <- struct{}{}
+		acquired.Add(1)
 		wg.Go(func() {
 			held := true
+			var once sync.Once
+			taken := func() { once.Do(acquired.Done) }
 			defer func() {
+				taken()
 				if held {
 					<-sem
 				}
@@ -190,13 +202,49 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 				done(r, row.State, err)
 				return
 			}
+			if row.Cluster != "" && d.clusterNodes > 0 && row.State != journal.StateDeleting {
+				mu.Lock()
+				unfinished[row.Cluster] = unfinished[row.Cluster].add(d, row.CreatedAt)
+				mu.Unlock()
+			}
+			taken()
 			held = false
 			<-sem // taken over: the long drive does not hold a slot
 			_, err = p.drive(ctx, d)
 			done(r, d.row.State, err)
 		})
 	}
+	// A cluster resumed here gets the nodes its crash kept from being
+	// journaled, launched beside the resumed ones and joined to the same
+	// coordinator.
+	acquired.Wait()
+	for name, uc := range unfinished {
+		missing, err := p.missingNodes(ctx, name, uc)
+		if err != nil {
+			p.log.Warn("recover: cluster nodes not relaunched", "cluster", name, "err", err)
+			continue
+		}
+		for _, req := range missing {
+			cn := clusterNode{cluster: name, placementGroup: uc.tmpl.placementGroup, nodes: uc.tmpl.clusterNodes, min: uc.tmpl.clusterMin}
+			if uc.tmpl.joinCluster {
+				cn.join = clusters.join(name)
+			}
+			wg.Go(func() {
+				vm, err := p.launchNode(ctx, req, cn)
+				ended := journal.StateFailed
+				if vm != nil {
+					ended = vm.State
+				}
+				done(journal.VM{Name: req.Name, Cluster: name}, ended, err)
+			})
+		}
+	}
 	wg.Wait()
+	// All or nothing, as LaunchCluster: a cluster with fewer ready nodes
+	// than it needs gives back the ready ones.
+	for name, uc := range unfinished {
+		p.enforceClusterMin(ctx, name, uc.tmpl.clusterNodes, uc.tmpl.clusterMin, rep)
+	}
 	slices.SortFunc(rep.VMs, func(a, b Recovered) int { return strings.Compare(a.Name, b.Name) })
 	if rep.Reaped, err = p.Reap(ctx); err != nil {
 		return rep, err
@@ -399,4 +447,90 @@ func (p *Provisioner) orphanReason(ctx context.Context, name string, o provider.
 		return fmt.Sprintf("VM %s is ready on %s/%s, not this instance", o.VM, row.Provider, row.InstanceID), nil
 	}
 	return "", nil
+}
+
+// unfinishedCluster is a cluster Recover resumed nodes of: a resumed node's
+// driver, whose journaled request every node of the cluster shares but for
+// its name, and the earliest creation among the resumed nodes.
+type unfinishedCluster struct {
+	tmpl  *driver
+	since time.Time
+}
+
+func (uc *unfinishedCluster) add(d *driver, created time.Time) *unfinishedCluster {
+	if uc == nil {
+		return &unfinishedCluster{tmpl: d, since: created}
+	}
+	if created.Before(uc.since) {
+		uc.since = created
+	}
+	return uc
+}
+
+// missingNodes returns the requests of cluster's nodes that its launch
+// never journaled: names <cluster>-<i> with no row, or only the row of an
+// earlier incarnation (ended before this one's nodes were created). None
+// while any node is being deleted: the cluster is being given back.
+func (p *Provisioner) missingNodes(ctx context.Context, cluster string, uc *unfinishedCluster) ([]Request, error) {
+	rows, err := p.j.ListVMs(ctx, journal.ListOptions{Cluster: cluster})
+	if err != nil {
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, r := range rows {
+		if r.State == journal.StateDeleting {
+			return nil, nil
+		}
+		if !r.State.Terminal() || !r.EndedAt.Before(uc.since) {
+			have[r.Name] = true
+		}
+	}
+	var out []Request
+	for i := range uc.tmpl.clusterNodes {
+		name := fmt.Sprintf("%s-%d", cluster, i)
+		if have[name] {
+			continue
+		}
+		if row, err := p.j.GetVM(ctx, name); err == nil && !row.State.Terminal() {
+			continue // a VM of that name outside the cluster: leave it be
+		}
+		req := uc.tmpl.req
+		req.Name = name
+		out = append(out, req)
+	}
+	return out, nil
+}
+
+// enforceClusterMin deletes the ready nodes of cluster when fewer than min
+// of its nodes are ready, and says so in rep.
+func (p *Provisioner) enforceClusterMin(ctx context.Context, cluster string, nodes, min int, rep *RecoverReport) {
+	rows, err := p.j.ListVMs(ctx, journal.ListOptions{Cluster: cluster})
+	if err != nil {
+		p.log.Warn("recover: cluster not checked", "cluster", cluster, "err", err)
+		return
+	}
+	var ready []journal.VM
+	for _, r := range rows {
+		if r.State == journal.StateReady {
+			ready = append(ready, r)
+		}
+	}
+	if len(ready) >= min {
+		return
+	}
+	why := fmt.Errorf("gpuprov: cluster %s: %d of %d nodes ready, %d needed; the ready ones were deleted", cluster, len(ready), nodes, min)
+	dctx := context.WithoutCancel(ctx)
+	for _, r := range ready {
+		v := Recovered{Name: r.Name, State: r.State, Outcome: OutcomeDeleted, Err: why}
+		if err := p.Delete(dctx, r.Name); err != nil {
+			v.Outcome, v.Err = OutcomeTeardownIncomplete, errors.Join(why, err)
+		}
+		if i := slices.IndexFunc(rep.VMs, func(x Recovered) bool { return x.Name == r.Name }); i >= 0 {
+			v.State, v.Phase, v.Owner = rep.VMs[i].State, rep.VMs[i].Phase, rep.VMs[i].Owner
+			rep.VMs[i] = v
+		} else {
+			rep.VMs = append(rep.VMs, v)
+		}
+		rep.Resumed[r.Name] = v.Err
+	}
 }
