@@ -22,7 +22,9 @@ type SSHConnector struct {
 	// Signer is the client key whose public half the Provisioner installs
 	// on every VM (see WithSSH).
 	Signer gossh.Signer
-	// User overrides the login the provider reports.
+	// User overrides the login the provider reports. Given without WithSSH,
+	// it is also the login the keys are installed for; New refuses one that
+	// differs from WithSSH's user.
 	User string
 	// HandshakeTimeout bounds each SSH handshake (default 15s).
 	HandshakeTimeout time.Duration

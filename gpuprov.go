@@ -70,6 +70,7 @@ type Provisioner struct {
 	stepTO       time.Duration
 	hostKeys     bool
 	sshUser      string
+	sshUserSet   bool // by WithSSH
 	authKeys     []string
 	sshKey       gossh.Signer // WithSSHKey
 
@@ -166,7 +167,9 @@ func WithPlanCache(ttl time.Duration) Option { return func(p *Provisioner) { p.p
 // per VM on clouds that take user-data (default true), so that the connect
 // phase pins it with no trust-on-first-use window.
 func WithSSH(user string, authorizedKeys []string, injectHostKeys bool) Option {
-	return func(p *Provisioner) { p.sshUser, p.authKeys, p.hostKeys = user, authorizedKeys, injectHostKeys }
+	return func(p *Provisioner) {
+		p.sshUser, p.sshUserSet, p.authKeys, p.hostKeys = user, true, authorizedKeys, injectHostKeys
+	}
 }
 
 // WithSSHKey is the one SSH setting most callers need. signer is the client
@@ -295,6 +298,14 @@ func (p *Provisioner) reconcileSSH() error {
 	c, ok := p.connector.(*SSHConnector)
 	if !ok {
 		return nil // no connector, or one of the caller's own making
+	}
+	if c.User != "" && c.User != p.sshUser {
+		// The keys go to the login the connector uses, unless WithSSH
+		// named another: then every login would be refused.
+		if p.sshUserSet {
+			return fmt.Errorf("gpuprov: the SSHConnector logs in as %q, but WithSSH installs the keys for %q, so every login would be refused: name the login once, as SSHConnector.User with WithSSHKey, or as WithSSH's user", c.User, p.sshUser)
+		}
+		p.sshUser = c.User
 	}
 	if c.Signer == nil {
 		return errors.New("gpuprov: the SSHConnector has no Signer: give the client key with WithSSHKey(signer), which installs it on every VM and connects with it")

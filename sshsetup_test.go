@@ -35,13 +35,15 @@ func newSigner(t *testing.T) gossh.Signer {
 // keyRecorder is a provider that records the keys each create installs.
 type keyRecorder struct {
 	provider.CloudProvider
-	mu   sync.Mutex
-	keys [][]string
+	mu    sync.Mutex
+	keys  [][]string
+	users []string
 }
 
 func (k *keyRecorder) Create(ctx context.Context, o *provider.Offer, prep json.RawMessage, s *provider.InstanceSpec) (string, error) {
 	k.mu.Lock()
 	k.keys = append(k.keys, s.AuthorizedKeys)
+	k.users = append(k.users, s.SSHUser)
 	k.mu.Unlock()
 	return k.CloudProvider.Create(ctx, o, prep, s)
 }
@@ -61,6 +63,11 @@ func TestNewRefusesIncoherentSSH(t *testing.T) {
 		{"connector key not among the installed ones", []gpuprov.Option{gpuprov.WithConnector(&gpuprov.SSHConnector{Signer: key}),
 			gpuprov.WithSSH("ubuntu", []string{otherLine}, true)}, "not installed on the VMs"},
 		{"connector without a signer", []gpuprov.Option{gpuprov.WithConnector(&gpuprov.SSHConnector{})}, "no Signer"},
+		{"connector key other than WithSSHKey's", []gpuprov.Option{gpuprov.WithSSHKey(other), gpuprov.WithConnector(&gpuprov.SSHConnector{Signer: key})},
+			"not installed on the VMs"},
+		{"connector login other than WithSSH's", []gpuprov.Option{gpuprov.WithConnector(&gpuprov.SSHConnector{Signer: key, User: "ubuntu"}),
+			gpuprov.WithSSH("admin", []string{strings.TrimSpace(string(gossh.MarshalAuthorizedKey(key.PublicKey())))}, true)},
+			`logs in as "ubuntu", but WithSSH installs the keys for "admin"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := gpuprov.New(e.j, append([]gpuprov.Option{gpuprov.WithProvider(e.fake("a"))}, tc.opts...)...)
@@ -156,4 +163,33 @@ func TestLaunchErrorNamesARealSSHAuthFailure(t *testing.T) {
 		t.Errorf("launch error %v: want errors.Is ErrOffersExhausted and ssh.ErrAuthFailed", err)
 	}
 	e.assertClean("refused")
+}
+
+// SSHConnector.User given with WithSSHKey is where the keys go too: the
+// login is named once.
+func TestConnectorUserIsTheLoginTheKeysGoTo(t *testing.T) {
+	e := newEnv(t)
+	key := newSigner(t)
+	rec := &keyRecorder{CloudProvider: e.fake("a")}
+	// The fake's instances take no SSH: the create shows the login, and
+	// the launch is cancelled once it is sent.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, err := gpuprov.New(e.j, gpuprov.WithClock(e.clk), gpuprov.WithProvider(rec), gpuprov.WithSSHKey(key),
+		gpuprov.WithConnector(&gpuprov.SSHConnector{Signer: key, User: "ubuntu"}),
+		gpuprov.WithEvents(func(ev gpuprov.Event) {
+			if ev.Type == gpuprov.EvCreated {
+				cancel()
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Launch(ctx, h100("login-1"))
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.users) == 0 || rec.users[0] != "ubuntu" {
+		t.Fatalf("creates asked for logins %v; want ubuntu, the connector's", rec.users)
+	}
 }
