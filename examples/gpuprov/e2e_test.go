@@ -363,3 +363,67 @@ func TestCLICompactCluster(t *testing.T) {
 		t.Fatalf("after down --all: instances %+v, placement groups %+v; want none", live, res.PlacementGroups)
 	}
 }
+
+// TestCLIClusterCrashRecover: `up --nodes 3` killed as soon as its first
+// node is journaled, then `recover`: every node ends ready and in the
+// cluster, the ones the kill kept from being journaled too, and the k3s
+// emulation on the server lists all three.
+func TestCLIClusterCrashRecover(t *testing.T) {
+	c := newCLIEnv(t)
+	sim := startSim(t, c, simTimings)
+	c.writeConfig(sim.config)
+
+	up := c.command("up", "--gpu", "h100", "--name", "kc", "--provider", "sim-b", "--timeout", "120s", "--nodes", "3")
+	var upOut strings.Builder
+	up.Stdout, up.Stderr = &upOut, &upOut
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- up.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(listJSON(t, c)) == 0 {
+		if time.Now().After(deadline) {
+			_ = up.Process.Kill()
+			<-waited
+			t.Fatalf("no node was journaled\nup printed:\n%s", upOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := up.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-waited
+	journaled := len(listJSON(t, c))
+
+	rec := c.ok("recover")
+	vms := listJSON(t, c)
+	if len(vms) != 3 {
+		t.Fatalf("after recover %d nodes (%d journaled at the kill); want 3\n%s", len(vms), journaled, rec.stdout)
+	}
+	for _, v := range vms {
+		if v.State != "ready" {
+			t.Fatalf("after recover %s is %s, want ready\n%s", v.Name, v.State, rec.stdout)
+		}
+	}
+	if live := sim.live(t); len(live) != 3 {
+		t.Fatalf("the sim runs %d instances, want the cluster's 3: %+v", len(live), live)
+	}
+	var listed string
+	for _, v := range vms {
+		if r := c.run("ssh", v.Name, "--", `"${GPUPROV_ROOT:-}/usr/local/bin/k3s" kubectl get nodes`); r.code == 0 {
+			listed = r.stdout
+			break
+		}
+	}
+	for _, v := range vms {
+		if !strings.Contains(listed, v.Name) {
+			t.Errorf("kubectl get nodes on the server does not list %s:\n%s", v.Name, listed)
+		}
+	}
+	t.Logf("%d of 3 nodes journaled at the kill; kubectl get nodes:\n%s", journaled, listed)
+	c.ok("down", "--all")
+	if live := sim.live(t); len(live) != 0 {
+		t.Errorf("after down --all the sim runs %+v", live)
+	}
+}
