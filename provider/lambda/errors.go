@@ -62,8 +62,8 @@ func IsAPIError(err error, codes ...string) bool {
 
 // Error codes. Reference: the Lambda Cloud API's OpenAPI document, version
 // 1.8.3 (the newest found; a copy is openapi-1.8.3.json in the repository
-// alexandervaneck/lambda-ai-cloud-api-client, commit b7035f7 of
-// 2025-12-11). Each code names the ApiError* schema it comes from and the
+// alexandervaneck/lambda-ai-cloud-api-client, commit b6023bc of
+// 2025-11-20). Each code names the ApiError* schema it comes from and the
 // operations the adapter calls that document it.
 const (
 	// ApiErrorInsufficientCapacity: launch 400.

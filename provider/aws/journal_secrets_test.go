@@ -1,0 +1,112 @@
+package aws_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/internal/rest/resttest"
+	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/aws"
+)
+
+// roundTrip is an http.RoundTripper made of a function.
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestJournalNeverHoldsTheCredentials launches through the Provisioner,
+// with the SQLite journal, on the fake EC2, whose RunInstances goes through
+// a gateway that echoes the request's credentials in an EC2 error document
+// (the Authorization header, the session token header and the secret
+// access key): first a 500 InternalError (retried), then a 401 AuthFailure
+// (the launch aborts). The launch's error, every event the sink saw, and
+// the journal file's bytes (and its -wal) hold neither the secret access
+// key nor the session token in any form, while the masked echo is there to
+// be read.
+func TestJournalNeverHoldsTheCredentials(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	t.Cleanup(clk.AutoAdvance())
+	f := newFakeEC2(t, clk)
+	var runs atomic.Int32
+	e := f.endpoint() // the fake checks the key id; the secret and token are the echoed ones
+	e.SecretAccessKey, e.SessionToken = echoSecret, echoToken
+	e.Client = &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
+		b, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		if form, _ := url.ParseQuery(string(b)); form.Get("Action") != "RunInstances" {
+			return f.tr.RoundTrip(r)
+		}
+		if runs.Add(1) == 1 {
+			return echo(http.StatusInternalServerError, "InternalError")(r)
+		}
+		return echo(http.StatusUnauthorized, "AuthFailure")(r)
+	})}
+	path := filepath.Join(t.TempDir(), "journal.db")
+	db, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	p, err := aws.New(aws.Config{Regions: []string{"us-east-1"}, RequestsPerSecond: 1000},
+		aws.WithInstallation(db.Installation()), aws.WithEndpoint(e), aws.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []string
+	prov, err := gpuprov.New(db, gpuprov.WithProvider(p), gpuprov.WithClock(clk),
+		gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1),
+		gpuprov.WithSSH("ubuntu", []string{newSpec(t, "k").AuthorizedKeys[0]}, true),
+		gpuprov.WithEvents(func(ev gpuprov.Event) { mu.Lock(); seen = append(seen, ev.Message); mu.Unlock() }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prov.Close() })
+
+	_, err = prov.Launch(ctx, gpuprov.Request{Name: "train", GPU: "L4", Timeout: time.Hour})
+	if err == nil || provider.KindOf(err) != provider.Credentials {
+		t.Fatalf("launch: %v, want the 401's credentials error", err)
+	}
+	if runs.Load() < 2 {
+		t.Fatalf("%d RunInstances reached the echo, want the 500 and the 401", runs.Load())
+	}
+	mu.Lock()
+	events := strings.Join(seen, "\n")
+	mu.Unlock()
+	var journal []byte
+	for _, f := range []string{path, path + "-wal"} {
+		b, err := os.ReadFile(f)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		journal = append(journal, b...)
+	}
+	for name, secret := range map[string]string{"secret access key": echoSecret, "session token": echoToken} {
+		if f := resttest.Leaks(err.Error(), secret); len(f) > 0 {
+			t.Errorf("the launch error holds the %s as %q: %v", name, f, err)
+		}
+		if f := resttest.Leaks(events, secret); len(f) > 0 {
+			t.Errorf("an event holds the %s as %q:\n%s", name, f, events)
+		}
+		if f := resttest.Leaks(string(journal), secret); len(f) > 0 {
+			t.Errorf("the journal's bytes hold the %s as %q", name, f)
+		}
+	}
+	if !strings.Contains(string(journal), "[REDACTED]") {
+		t.Error("the journal does not hold the masked echo: the test did not exercise what it claims")
+	}
+}

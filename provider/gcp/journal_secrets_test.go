@@ -1,0 +1,120 @@
+package gcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/auth"
+
+	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/internal/rest/resttest"
+	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/gcp"
+)
+
+// roundTrip is an http.RoundTripper made of a function.
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+var instanceInsert = regexp.MustCompile(`/zones/[^/]+/instances$`)
+
+// gceEcho is Compute Engine's error envelope around an echoing gateway's
+// text: backendError for a 500, authError for a 401.
+func gceEcho(status int, echoed string) []byte {
+	reason := "backendError"
+	if status == http.StatusUnauthorized {
+		reason = "authError"
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": status, "message": echoed,
+		"errors": []map[string]string{{"message": echoed, "domain": "global", "reason": reason}}}})
+	return b
+}
+
+// TestJournalNeverHoldsTheAccessToken launches through the Provisioner,
+// with the SQLite journal, on the adapter whose instances.insert goes
+// through a gateway that echoes the request's bearer token (as sent, as
+// Basic credentials, URL-encoded): first a 500 (retried), then a 401 (the
+// launch aborts). The launch's error, every event the sink saw, and the
+// journal file's bytes (and its -wal) hold no form of the token, while the
+// masked echo is there to be read.
+func TestJournalNeverHoldsTheAccessToken(t *testing.T) {
+	const token = "ya29.a0AfB_journal+gpuprov/0123456789=abcdef"
+	ctx := context.Background()
+	c, mt := newCloud(t)
+	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	t.Cleanup(clk.AutoAdvance())
+	path := t.TempDir() + "/journal.db"
+	db, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	var inserts atomic.Int32
+	echo := &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
+		if r.Method != http.MethodPost || !instanceInsert.MatchString(r.URL.Path) {
+			return mt.RoundTrip(r)
+		}
+		status := http.StatusInternalServerError
+		if inserts.Add(1) > 1 {
+			status = http.StatusUnauthorized
+		}
+		return resttest.EchoResponse(r, status, gceEcho), nil
+	})}
+	creds := auth.NewCredentials(&auth.CredentialsOptions{TokenProvider: staticToken(token)})
+	p := c.provider(t, mt, gcp.Config{Regions: []string{"us-central1"}}, gcp.WithInstallation(db.Installation()),
+		gcp.WithEndpoint(endpoint, echo), gcp.WithCredentials(creds))
+	var mu sync.Mutex
+	var seen []string
+	prov, err := gpuprov.New(db, gpuprov.WithClock(clk), gpuprov.WithProvider(p),
+		gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1),
+		gpuprov.WithEvents(func(ev gpuprov.Event) { mu.Lock(); seen = append(seen, ev.Message); mu.Unlock() }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prov.Close() })
+
+	_, err = prov.Launch(ctx, gpuprov.Request{Name: "train", GPU: "l4", Timeout: time.Hour})
+	if err == nil || provider.KindOf(err) != provider.Credentials {
+		t.Fatalf("launch: %v, want the 401's credentials error", err)
+	}
+	if inserts.Load() < 2 {
+		t.Fatalf("%d inserts reached the echo, want the 500 and the 401", inserts.Load())
+	}
+	if calls := c.calls("/compute/v1/"); len(calls) == 0 || calls[0].Auth != "Bearer "+token {
+		t.Fatalf("the requests did not carry the token: %+v", calls)
+	}
+	if f := resttest.Leaks(err.Error(), token); len(f) > 0 {
+		t.Errorf("the launch error holds the token as %q: %v", f, err)
+	}
+	mu.Lock()
+	events := strings.Join(seen, "\n")
+	mu.Unlock()
+	if f := resttest.Leaks(events, token); len(f) > 0 {
+		t.Errorf("an event holds the token as %q:\n%s", f, events)
+	}
+	var journal []byte
+	for _, f := range []string{path, path + "-wal"} {
+		b, err := os.ReadFile(f)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		journal = append(journal, b...)
+	}
+	if f := resttest.Leaks(string(journal), token); len(f) > 0 {
+		t.Errorf("the journal's bytes hold the token as %q", f)
+	}
+	if !strings.Contains(string(journal), "[REDACTED]") {
+		t.Error("the journal does not hold the masked echo: the test did not exercise what it claims")
+	}
+}
