@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,5 +103,77 @@ func TestLaunchEndsMatchSentinelsAndDocumentedKinds(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Every kind an event carries is a documented one, beyond launches too: a
+// cluster whose node fails, a placed cluster that moves, a teardown that
+// cannot finish and its Recover, a reaped VM, a swept orphan, in the journal
+// and in what the sinks see.
+func TestEveryEventKindIsDocumented(t *testing.T) {
+	var mu sync.Mutex
+	var sunk []gpuprov.Event
+	sink := gpuprov.WithEvents(func(ev gpuprov.Event) { mu.Lock(); sunk = append(sunk, ev); mu.Unlock() })
+	e := newEnv(t)
+	fn := newFakeNodes()
+	fn.failBoot["c-1"] = true
+	p := e.provisioner(e.j, sink, gpuprov.WithConnector(fn), gpuprov.WithBootstrapper(fn), gpuprov.WithJoiner(fn))
+	ctx := context.Background()
+
+	if _, err := p.LaunchCluster(ctx, gpuprov.ClusterRequest{Name: "c", Nodes: 2, Node: h100("")}); err == nil {
+		t.Fatal("a cluster whose node fails its bootstrap launched")
+	}
+	e.fake("a").Script(&pt.Rule{Op: pt.OpCreate, Match: func(c *pt.Call) bool { return c.VM == "z-1" && c.Location.Zone == "us-east-1a" },
+		Err: pe(provider.Capacity, "none"), Times: 1})
+	if _, err := p.LaunchCluster(ctx, gpuprov.ClusterRequest{Name: "z", Nodes: 2, Node: h100(""), Placement: gpuprov.PlacementSameZone}); err != nil {
+		t.Fatalf("placed cluster: %v", err)
+	}
+	leashed := h100("leashed")
+	leashed.TTL = time.Hour
+	if _, err := p.Launch(ctx, leashed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Launch(ctx, h100("stuck")); err != nil {
+		t.Fatal(err)
+	}
+	var outage atomic.Bool
+	outage.Store(true)
+	e.fake("a").Script(&pt.Rule{Op: pt.OpDelete, Match: func(c *pt.Call) bool { return c.VM == "stuck" && outage.Load() }, Err: pe(provider.Transient, "HTTP 503")})
+	if err := p.Delete(ctx, "stuck"); !errors.Is(err, gpuprov.ErrTeardownIncomplete) {
+		t.Fatalf("delete through an outage: %v", err)
+	}
+	outage.Store(false)
+	e.clk.Advance(2 * time.Hour)
+	if _, err := p.Recover(ctx); err != nil { // finishes stuck, reaps leashed
+		t.Fatal(err)
+	}
+	o := e.fake("a").Offers[0]
+	if _, err := e.fake("a").Create(ctx, &o, nil, &provider.InstanceSpec{VM: "orphan", Installation: e.j.Installation(), Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Sweep(ctx, gpuprov.SweepOptions{Delete: true, Grace: gpuprov.NoGrace}); err != nil {
+		t.Fatal(err)
+	}
+
+	evs, err := e.j.Events(ctx, journal.EventQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	kinds := map[string]int{}
+	for _, ev := range append(evs, sunk...) {
+		if ev.ErrorKind == "" {
+			continue
+		}
+		kinds[ev.ErrorKind]++
+		if !slices.Contains(gpuprov.ErrorKinds(), ev.ErrorKind) {
+			t.Errorf("event %s carries kind %q, which ErrorKinds does not list", ev, ev.ErrorKind)
+		}
+	}
+	for _, want := range []string{gpuprov.KindBootstrap, provider.Capacity.String(), gpuprov.KindDeadline} {
+		if kinds[want] == 0 {
+			t.Errorf("no event of kind %s: the scenario did not run as meant (kinds seen %v)", want, kinds)
+		}
 	}
 }
