@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -144,4 +145,36 @@ func EchoResponse(r *http.Request, status int, body func(status int, echoed stri
 	b := body(status, Echoed(r))
 	return &http.Response{StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)), Header: h,
 		Body: io.NopCloser(bytes.NewReader(b)), ContentLength: int64(len(b)), Request: r, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
+}
+
+// LaunchLeaks fails t when the launch error, the event messages or the
+// bytes of the SQLite journal at path (and its -wal) hold any of secrets
+// (name → value) in a form Leaks knows, and when the journal lacks the
+// masked echo "[REDACTED]": the launch then did not exercise what the test
+// claims.
+func LaunchLeaks(t testing.TB, secrets map[string]string, launchErr error, events []string, path string) {
+	t.Helper()
+	var journal []byte
+	for _, f := range []string{path, path + "-wal"} {
+		b, err := os.ReadFile(f)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		journal = append(journal, b...)
+	}
+	msgs := strings.Join(events, "\n")
+	for name, secret := range secrets {
+		if f := Leaks(launchErr.Error(), secret); len(f) > 0 {
+			t.Errorf("the launch error holds the %s as %q: %v", name, f, launchErr)
+		}
+		if f := Leaks(msgs, secret); len(f) > 0 {
+			t.Errorf("an event holds the %s as %q:\n%s", name, f, msgs)
+		}
+		if f := Leaks(string(journal), secret); len(f) > 0 {
+			t.Errorf("the journal's bytes hold the %s as %q", name, f)
+		}
+	}
+	if !bytes.Contains(journal, []byte("[REDACTED]")) {
+		t.Error("the journal does not hold the masked echo: the test did not exercise what it claims")
+	}
 }
