@@ -16,7 +16,10 @@ import (
 const keepAliveMisses = 3
 
 // Client is an authenticated connection to one VM. Its methods are safe
-// for concurrent use; each Run opens its own session. Close it when done.
+// for concurrent use; each Run opens its own session, and from the first
+// Run on the Client keeps one more open for killing cancelled commands
+// (two once a non-root login has run commands through sudo): count them
+// against sshd's MaxSessions. Close it when done.
 type Client struct {
 	cfg     Config
 	target  string
@@ -37,6 +40,9 @@ type Client struct {
 	privMu    sync.Mutex
 	privKnown bool
 	asRoot    bool // the login user is root: no sudo needed
+
+	killMu  sync.Mutex
+	killers [2]*killer // the kill loops, plain and through sudo; see kill.go
 }
 
 func newClient(cfg Config, sc gossh.Conn, chans <-chan gossh.NewChannel, reqs <-chan *gossh.Request, hostKey gossh.PublicKey) *Client {

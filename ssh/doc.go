@@ -16,12 +16,13 @@
 //
 // [Client.Run] returns stdout, stderr and the exit status (a typed
 // [*ExitError] when non-zero). On cancellation it kills the command's
-// remote process group, TERM then KILL, over a second session on the same
-// connection, so that nothing keeps running on the VM even where sshd
+// remote process group, TERM then KILL [DefaultKillGrace] later, through a
+// kill loop the Client keeps running in a session of its own on the same
+// connection, so that the group is gone within a second even where sshd
 // ignores signal requests (OpenSSH on root logins); over a broken
-// connection it can only close the session. [Client.WriteFile] streams a file through stdin
-// and renames it into place after checking its sha256, under `sudo -n`
-// when the login user is not root. Keepalives close a client whose peer
+// connection it can only close the session. [Client.WriteFile] streams a
+// file through stdin and renames it into place after checking its sha256,
+// under `sudo -n` when the login user is not root. Keepalives close a client whose peer
 // went silent. Commands are built with [Command] and [Quote]; no secret
 // ever goes on a command line or into a log.
 //

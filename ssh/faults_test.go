@@ -67,6 +67,11 @@ func TestDialRefusedAndInvalidConfig(t *testing.T) {
 func TestRunDropMidCommandFailsPromptly(t *testing.T) {
 	vm := newFakeVM(t)
 	c := vm.dial(t, nil)
+	// A first Run starts the client's kill loop, so that the drop comes at
+	// the exec of the command under test.
+	if _, err := c.Run(testCtx(t), "true"); err != nil {
+		t.Fatal(err)
+	}
 	vm.srv.SetFaults(sshd.Faults{DropMidCommand: true})
 	begin := time.Now()
 	res, err := c.Run(testCtx(t), "sleep 30")
@@ -238,7 +243,7 @@ func TestRunCancelEscalatesToKill(t *testing.T) {
 
 // An sshd that ignores "signal" requests (OpenSSH on root logins, and
 // before 7.9 on any) still sees the command's whole process group killed
-// within a second, through a second session.
+// within a second, through the Client's kill loop.
 func TestRunCancelKillsGroupWhenSignalsIgnored(t *testing.T) {
 	for _, sudo := range []bool{false, true} {
 		t.Run(map[bool]string{false: "login user", true: "sudo"}[sudo], func(t *testing.T) {
@@ -272,9 +277,12 @@ func TestRunCancelKillsGroupWhenSignalsIgnored(t *testing.T) {
 				}
 			}
 			if sudo { // the kill went through sudo, as the command did
-				want := []string{"id_-u", "sudo_-n_true", "sudo_-n_--_sh", "sudo_-n_--_sh"}
+				want := []string{"id_-u", "sudo_-n_true", "sudo_-n_--_sh"}
 				if got := vm.calls(t); strings.Join(got, " ") != strings.Join(want, " ") {
 					t.Errorf("remote calls %v, want %v", got, want)
+				}
+				if n := vm.killLoops(t); n != 1 {
+					t.Errorf("%d kill loops started through sudo, want 1", n)
 				}
 			}
 			// The client still works.
@@ -282,6 +290,59 @@ func TestRunCancelKillsGroupWhenSignalsIgnored(t *testing.T) {
 				t.Fatalf("Run after cancel = %+v, %v", res, err)
 			}
 		})
+	}
+}
+
+// A kill loop that ended (here: its stdin closed, as if the remote shell
+// had died) is started again by the next Run, which still kills the group.
+func TestRunCancelRestartsEndedKillLoop(t *testing.T) {
+	vm := newFakeVM(t)
+	vm.srv.SetFaults(sshd.Faults{IgnoreSignals: true})
+	c := vm.dial(t, nil)
+	if _, err := c.Run(testCtx(t), "true"); err != nil {
+		t.Fatal(err)
+	}
+	first := c.killer(false)
+	select {
+	case <-first.ready:
+	case <-time.After(guard):
+		t.Fatal("the kill loop did not start")
+	}
+	if err := first.in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first.ended:
+	case <-time.After(guard):
+		t.Fatal("the kill loop did not end at EOF")
+	}
+
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	line := newLineWriter()
+	var cancelled time.Time
+	go func() { <-line.fired; cancelled = time.Now(); cancel() }()
+	// A grace long enough that only the loop's TERM can end the command
+	// in time: the server kills it when the session closes, 2*grace on.
+	const grace = 5 * time.Second
+	res, err := c.Run(ctx, `sleep 30 & echo $$ $!; wait`, WithOutput(line, nil), WithKillGrace(grace))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	if d := time.Since(cancelled); d > grace/2 {
+		t.Errorf("Run returned %v after the cancel: TERM did not arrive", d)
+	}
+	var pids [2]int
+	if n, _ := fmt.Sscan(string(res.Stdout), &pids[0], &pids[1]); n != 2 {
+		t.Fatalf("stdout %q: want the two pids", res.Stdout)
+	}
+	for _, pid := range pids {
+		if !processGone(pid, cancelled.Add(grace/2)) {
+			t.Errorf("pid %d still alive %v after the cancel", pid, grace/2)
+		}
+	}
+	if c.killer(false) == first {
+		t.Error("the ended kill loop is still the Client's")
 	}
 }
 

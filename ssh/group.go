@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"io"
 	"strconv"
 	"sync"
-
-	gossh "golang.org/x/crypto/ssh"
 )
 
 // How Run finds the remote command's process group to kill it on cancel.
@@ -123,47 +120,4 @@ func (g *groupReport) group() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.pgid
-}
-
-// killScript sends sig to the process group pgid, or to the process pgid
-// alone if no such group exists (a server that did not make the shell a
-// group leader).
-func killScript(sig gossh.Signal, pgid int) string {
-	return fmt.Sprintf("kill -s %[1]s -- -%[2]d 2>/dev/null || kill -s %[1]s %[2]d 2>/dev/null", sig, pgid)
-}
-
-// killGroup sends sig to the process group g reports, over a session of
-// its own, once g is known; it sends nothing if the command has exited
-// first, or g's output ended without a report. With sudo, the kill runs
-// through `sudo -n`, as the command did.
-func (c *Client) killGroup(g *groupReport, sig gossh.Signal, sudo bool, exited <-chan struct{}) {
-	select {
-	case <-g.known:
-	case <-g.ended:
-	case <-exited:
-	case <-c.done:
-	}
-	select {
-	case <-exited:
-		return // nothing left to kill
-	case <-c.done:
-		return // no session can open
-	default:
-	}
-	pgid := g.group()
-	if pgid == 0 {
-		return // no report: a shell that is not POSIX
-	}
-	cmd := killScript(sig, pgid)
-	if sudo {
-		cmd = "sudo -n -- sh -c " + Quote(cmd)
-	}
-	sess, err := c.conn.NewSession() // returns when the transport ends, at the latest
-	if err != nil {
-		c.log.Debug("ssh kill: no second session", "signal", sig, "err", err)
-		return
-	}
-	err = sess.Run(cmd)
-	_ = sess.Close() // Run has closed it already
-	c.log.Debug("ssh kill", "signal", sig, "pgid", pgid, "err", err)
 }

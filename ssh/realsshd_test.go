@@ -337,10 +337,26 @@ func TestRealRunCancelKillsRemoteCommand(t *testing.T) {
 					defer cancel()
 					line := newLineWriter()
 					var cancelled time.Time
+					// From the cancel on, the pids the command printed are
+					// watched in /proc while Run stops it.
+					type watched struct {
+						pids [2]int
+						gone [2]time.Time
+						ok   [2]bool
+					}
+					watch := make(chan watched, 1)
 					go func() {
 						<-line.fired
 						cancelled = time.Now()
 						cancel()
+						var w watched
+						_, _ = fmt.Sscan(line.first(), &w.pids[0], &w.pids[1]) // checked against stdout below
+						for i, pid := range w.pids {
+							if pid > 1 {
+								w.gone[i], w.ok[i] = whenGone(pid, cancelled.Add(time.Second))
+							}
+						}
+						watch <- w
 					}()
 					opts := append(append(tt.opts[:len(tt.opts):len(tt.opts)], as...), WithOutput(line, nil))
 					res, err := c.Run(ctx, tt.cmd, opts...)
@@ -348,21 +364,25 @@ func TestRealRunCancelKillsRemoteCommand(t *testing.T) {
 					if !errors.Is(err, context.Canceled) {
 						t.Fatalf("Run = %v, want context.Canceled", err)
 					}
+					w := <-watch
 					d := returned.Sub(cancelled)
 					if d > time.Second {
 						t.Errorf("Run returned %v after the cancel, want within 1s", d.Round(time.Millisecond))
 					}
-					t.Logf("Run returned %v after the cancel", d.Round(time.Millisecond))
 					var pids [2]int
-					if n, _ := fmt.Sscan(string(res.Stdout), &pids[0], &pids[1]); n != 2 || len(res.Stderr) != 0 {
-						t.Fatalf("stdout %q, stderr %q: want the two pids and nothing else", res.Stdout, res.Stderr)
+					if n, _ := fmt.Sscan(string(res.Stdout), &pids[0], &pids[1]); n != 2 || len(res.Stderr) != 0 || pids != w.pids {
+						t.Fatalf("stdout %q, stderr %q: want the two pids %v and nothing else", res.Stdout, res.Stderr, w.pids)
 					}
+					var gone time.Duration // until the last of them was seen gone
 					for i, pid := range pids {
-						if !processGone(pid, cancelled.Add(time.Second)) {
+						if !w.ok[i] {
 							t.Errorf("remote %s (pid %d) still alive 1s after the cancel",
 								[]string{"shell", "sleep"}[i], pid)
 						}
+						gone = max(gone, w.gone[i].Sub(cancelled))
 					}
+					t.Logf("after the cancel: remote shell and sleep gone in %v, Run returned in %v",
+						gone.Round(time.Millisecond), d.Round(time.Millisecond))
 					// The connection survives the cancelled session.
 					if res, err := c.Run(testCtx(t), "echo ok"); err != nil || string(res.Stdout) != "ok\n" {
 						t.Fatalf("Run after cancel = %+v, %v", res, err)
@@ -376,17 +396,25 @@ func TestRealRunCancelKillsRemoteCommand(t *testing.T) {
 // processGone polls /proc until pid is gone or a zombie (the container's
 // init may not reap orphans), or until deadline.
 func processGone(pid int, deadline time.Time) bool {
+	_, ok := whenGone(pid, deadline)
+	return ok
+}
+
+// whenGone is processGone that also tells when pid was first seen gone
+// (within the 10 ms polling interval).
+func whenGone(pid int, deadline time.Time) (time.Time, bool) {
 	for {
+		now := time.Now()
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
-			return true
+			return now, true
 		}
 		// The state follows the command name in parentheses.
 		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && strings.HasPrefix(string(stat[i:]), ") Z") {
-			return true
+			return now, true
 		}
-		if time.Now().After(deadline) {
-			return false
+		if now.After(deadline) {
+			return now, false
 		}
 		time.Sleep(10 * time.Millisecond) // a real process on this machine: no clock to inject
 	}
@@ -396,13 +424,32 @@ func processGone(pid int, deadline time.Time) bool {
 type lineWriter struct {
 	once  sync.Once
 	fired chan struct{}
+	mu    sync.Mutex
+	buf   []byte // up to the first newline
 }
 
 func newLineWriter() *lineWriter { return &lineWriter{fired: make(chan struct{})} }
 
 func (w *lineWriter) Write(p []byte) (int, error) {
-	if bytes.IndexByte(p, '\n') >= 0 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.fired:
+		return len(p), nil
+	default:
+	}
+	if i := bytes.IndexByte(p, '\n'); i >= 0 {
+		w.buf = append(w.buf, p[:i]...)
 		w.once.Do(func() { close(w.fired) })
+	} else {
+		w.buf = append(w.buf, p...)
 	}
 	return len(p), nil
+}
+
+// first returns the first line, once fired is closed.
+func (w *lineWriter) first() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
 }

@@ -20,9 +20,12 @@ const (
 	DefaultOutputLimit = 16 << 20
 	// DefaultKillGrace is how long a cancelled Run waits for the command
 	// to die after TERM before KILL, and after KILL before closing the
-	// session: short enough that a cancelled command's process group is
-	// gone within a second even when it ignores TERM.
-	DefaultKillGrace = 500 * time.Millisecond
+	// session. It is the main part of the one-second budget for a command
+	// that ignores TERM: the KILL after it reaches the VM in milliseconds
+	// when the Client's kill loop is ready (see [Client.Run]), and the
+	// rest of the second absorbs a loaded machine and a loop still
+	// starting.
+	DefaultKillGrace = 300 * time.Millisecond
 	// stderrTail is how much of stderr an ExitError keeps.
 	stderrTail = 4 << 10
 )
@@ -84,6 +87,8 @@ func WithOutputLimit(n int) RunOption { return func(o *runOptions) { o.limit = n
 
 // WithKillGrace sets how long a cancelled command gets to die after TERM,
 // then after KILL, before the session is closed (default DefaultKillGrace).
+// A command that ignores TERM outlives the cancel by d and then some: with
+// d much over half a second it is no longer gone within the second.
 func WithKillGrace(d time.Duration) RunOption { return func(o *runOptions) { o.grace = d } }
 
 // WithOutput also copies stdout and stderr, as they arrive, to the given
@@ -109,17 +114,23 @@ func WithSudo() RunOption { return func(o *runOptions) { o.sudo = true } }
 // error wrapping *[ExitError]. If ctx ends first, Run kills the command's
 // whole process group (the login shell and everything it started that did
 // not leave the group): TERM, then KILL after the grace period (see
-// [WithKillGrace]), each sent both as an SSH "signal" request and by
-// `kill` on the group run over a second session on the same connection
-// (through `sudo -n` when the command was); it then closes the session
-// after the grace period again, and returns what was printed and an error
-// wrapping ctx.Err(). A command that dies of TERM is gone, and Run has
-// returned, well within a second, for root logins too, where OpenSSH
-// ignores signal requests. When no second session opens (a broken
-// connection; or sshd's MaxSessions, 10 by default, taken by other Runs on
-// this Client) only the signal requests are left, and when the connection
-// is broken not even they arrive: closing the session is all that is left,
-// and the remote command may outlive it until it next writes output. If the connection dies before an exit status
+// [WithKillGrace]); it then closes the session after the grace period
+// again, and returns what was printed and an error wrapping ctx.Err().
+// Each signal is sent both as an SSH "signal" request, which reaches only
+// the login shell and which OpenSSH ignores on root logins, and as a line
+// to the Client's kill loop: a session of its own on the same connection
+// running a shell loop that kills the group (through `sudo -n` when the
+// command ran so). The first Run starts the loop in the background and
+// later ones reuse it (starting it again if it ended), so that no session
+// has to open, and no login shell start, after a cancel. Thus the group is
+// gone, and Run has returned, within a second of the cancel even when the
+// command ignores TERM, for root logins too; only a cancel arriving before
+// the loop has finished starting waits for it. When the loop cannot start
+// (a broken connection; or sshd's MaxSessions, 10 by default, taken by
+// other Runs on this Client) only the signal requests are left, and when
+// the connection is broken not even they arrive: closing the session is
+// all that is left, and the remote command may outlive it until it next
+// writes output. If the connection dies before an exit status
 // arrives, the error wraps [ErrConnectionLost] (and [ErrPeerUnresponsive]
 // if keepalives found the peer dead): the command may or may not have run.
 // cmd must not contain NUL; build it with [Command] or [Quote] when it has
@@ -156,6 +167,9 @@ func (c *Client) run(ctx context.Context, cmd string, o runOptions) (Result, err
 	if err != nil {
 		return fail(err)
 	}
+	// Have the kill loop ready before any cancel: starting one then would
+	// cost the start of a login shell, which the kill cannot wait for.
+	_ = c.killer(viaSudo) // nil once the client is closing, which Start notices
 	stdout := &capBuffer{limit: o.limit, tee: o.stdout}
 	stderr := &capBuffer{limit: o.limit, tee: o.stderr}
 	group := newGroupReport(stderr)
@@ -230,7 +244,9 @@ func (c *Client) run(ctx context.Context, cmd string, o runOptions) (Result, err
 		})
 	case c.lost() != nil:
 		return res, fmt.Errorf("ssh: %s: %s: %w", c.target, short, c.lost())
-	case errors.As(waitErr, &missing):
+	case errors.As(waitErr, &missing), errors.Is(waitErr, io.EOF):
+		// No exit status, or a start the channel's end cut short: the
+		// connection went (the transport may say so a moment later).
 		return res, fmt.Errorf("ssh: %s: %s: %w: %w", c.target, short, ErrConnectionLost, errNoStatus)
 	default:
 		return res, fmt.Errorf("ssh: %s: %s: %w", c.target, short, waitErr)
@@ -240,16 +256,19 @@ func (c *Client) run(ctx context.Context, cmd string, o runOptions) (Result, err
 // stop ends a cancelled command: TERM, then KILL after grace, then
 // closing the session after grace again. Each signal goes both as an SSH
 // "signal" request, which OpenSSH ignores on root logins, and as a kill of
-// the command's process group over a second session, which needs a
-// working connection. It returns the session's Wait error if it came in
-// time.
+// the command's process group through the Client's kill loop; nothing
+// waits for either before the next step. It returns the session's Wait
+// error if it came in time.
 func (c *Client) stop(sess *gossh.Session, waited <-chan error, grace time.Duration, group *groupReport, sudo bool) error {
 	// Closed once the command is seen to end: kills not yet sent are moot.
 	// A kill already decided is sent even if Run gives up waiting first.
 	exited := make(chan struct{})
 	for _, sig := range []gossh.Signal{gossh.SIGTERM, gossh.SIGKILL} {
 		_ = sess.Signal(sig) // a server that ignores signals still gets the kill
-		if !c.spawn(func() { c.killGroup(group, sig, sudo, exited) }) {
+		// Usually the loop the Run started, by now ready; a fresh one if
+		// that one failed or ended.
+		k := c.killer(sudo)
+		if k == nil || !c.spawn(func() { c.killGroup(k, group, sig, exited) }) {
 			break // the client is closing: so is the session
 		}
 		t := time.NewTimer(grace)

@@ -18,7 +18,10 @@ func newNonRootVM(t *testing.T) *fakeVM {
 	bin := t.TempDir()
 	scripts := map[string]string{
 		"id": `echo "id $*" >> "$HOME/calls"; echo 1000`,
-		"sudo": `echo "sudo $1 $2 $3" >> "$HOME/calls"
+		"sudo": `case "$5" in
+*"read -r sig pgid"*) echo "sudo $1 $2 $3 kill-loop" ;;
+*) echo "sudo $1 $2 $3" ;;
+esac >> "$HOME/calls"
 [ "$1" = -n ] || { echo "fake sudo: -n missing" >&2; exit 2; }
 shift; [ "$1" = -- ] && shift
 if [ -e "$HOME/deny" ]; then echo "sudo: a password is required" >&2; exit 1; fi
@@ -33,17 +36,35 @@ exec "$@"`,
 	return newFakeVM(t, "PATH="+bin+":"+os.Getenv("PATH"))
 }
 
+// calls returns the id and sudo calls made on the VM, in order, but for
+// those starting the Client's kill loop, which starts in the background
+// at a time of its own; killLoops counts those.
 func (vm *fakeVM) calls(t *testing.T) []string {
+	t.Helper()
+	calls, _ := vm.allCalls(t)
+	return calls
+}
+
+func (vm *fakeVM) killLoops(t *testing.T) int {
+	t.Helper()
+	_, n := vm.allCalls(t)
+	return n
+}
+
+func (vm *fakeVM) allCalls(t *testing.T) (calls []string, killLoops int) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(vm.dir, "calls"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
-	var calls []string
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if strings.HasSuffix(line, " kill-loop") {
+			killLoops++
+			continue
+		}
 		calls = append(calls, strings.ReplaceAll(strings.TrimSpace(line), " ", "_"))
 	}
-	return calls
+	return calls, killLoops
 }
 
 func TestWriteFileUsesSudoAndProbesOnce(t *testing.T) {
