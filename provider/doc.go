@@ -15,10 +15,12 @@
 //
 //	method        must                                                    must not
 //	Name          the id recorded on every VM row                          -
-//	Capabilities  unsupported features, BootTimeout, DeleteTimeout,        claim DiskSize or Labels
-//	              PollInterval, ConsistencyWindow, API rate; DiskSize     it does not honour
-//	              and Labels when Create honours Offer.DiskGB and
-//	              Prepare/Create put InstanceSpec.UserLabels everywhere
+//	Capabilities  unsupported features, BootTimeout, DeleteTimeout,        claim DiskSize, Labels or
+//	              PollInterval, ConsistencyWindow, API rate; DiskSize     CompactPlacement it does
+//	              and Labels when Create honours Offer.DiskGB and         not honour
+//	              Prepare/Create put InstanceSpec.UserLabels everywhere;
+//	              CompactPlacement when it is a PlacementGrouper and
+//	              Create honours InstanceSpec.PlacementGroup
 //	BindInstallation take the journal's installation id when built with   accept another id than
 //	              none (gpuprov.New calls it first); [BindInstallation]     the one it was built with
 //	Plan          offers cheapest first; what Create needs in Offer.Detail create anything
@@ -34,6 +36,10 @@
 //	Cleanup       delete per-VM side resources; idempotent                 touch shared resources
 //	Diagnose      (optional, [Diagnoser]) read-only vendor view + findings mutate
 //	List          (optional, [Lister]) every instance of this installation mutate
+//	EnsurePlacementGroup, DeletePlacementGroup (optional,                  delete another
+//	              [PlacementGrouper]) a compact cluster's group per        installation's group;
+//	              region, idempotent, labelled; a group in use is          fail on a group that is
+//	              ErrInUse                                                 gone
 //
 // The core filters offers on the request's GPU memory, vCPUs, memory, disk,
 // price, spot and regions ([ResourceRequest.Accepts]) whatever Plan returned,
