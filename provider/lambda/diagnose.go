@@ -29,7 +29,7 @@ func (p *Provider) Diagnose(ctx context.Context, loc provider.Location, vm, inst
 		return d, err
 	}
 	in := out.Data
-	if in.Name != InstanceName(vm) || in.tag(provider.LabelVM) != vm || in.tag(provider.LabelInstallation) != p.installation {
+	if in.Name != InstanceName(vm) || in.tag(provider.LabelVM) != vm || in.tag(provider.LabelInstallation) != p.base.Installation {
 		d.Findings = append(d.Findings, provider.Finding{Severity: provider.Critical, Code: "identity-mismatch",
 			Message: fmt.Sprintf("instance %s does not carry the identity of VM %s in this installation", instanceID, vm)})
 		return d, nil
@@ -115,7 +115,7 @@ func (p *Provider) List(ctx context.Context, loc provider.Location) ([]provider.
 	out := []provider.Observed{}
 	for _, in := range ins {
 		vm := in.tag(provider.LabelVM)
-		if vm == "" || in.Name != InstanceName(vm) || in.tag(provider.LabelInstallation) != p.installation {
+		if vm == "" || in.Name != InstanceName(vm) || in.tag(provider.LabelInstallation) != p.base.Installation {
 			continue
 		}
 		if loc.Region != "" && in.Region.Name != loc.Region {

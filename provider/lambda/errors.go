@@ -144,9 +144,9 @@ func parseError(re *rest.Error) *APIError {
 func (p *Provider) classify(op string, err error) *provider.Error {
 	var re *rest.Error
 	if !errors.As(err, &re) {
-		return &provider.Error{Kind: provider.Transient, Op: op, Provider: p.name, Err: err}
+		return &provider.Error{Kind: provider.Transient, Op: op, Provider: p.base.Name, Err: err}
 	}
-	return classifyAPI(p.name, op, parseError(re))
+	return classifyAPI(p.base.Name, op, parseError(re))
 }
 
 func classifyAPI(name, op string, e *APIError) *provider.Error {

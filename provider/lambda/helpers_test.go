@@ -1,24 +1,16 @@
 package lambda_test
 
 import (
-	"bytes"
-	"context"
-	"log/slog"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/jarcoal/httpmock"
-	"go.uber.org/goleak"
-
 	"github.com/org/gpuprov/internal/openapitest"
+	"github.com/org/gpuprov/internal/rest/resttest"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/lambda"
 	"github.com/org/gpuprov/provider/lambda/lambdamock"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const (
 	apiKey       = "lambda-secret-key-0123456789"
@@ -40,35 +32,24 @@ func catalog() []lambdamock.Type {
 }
 
 type env struct {
-	api  *lambdamock.API
-	mt   *httpmock.MockTransport
-	doc  *openapitest.Doc  // the vendor's schema every request and answer is checked against
-	rt   http.RoundTripper // mt behind doc's checks
-	p    *lambda.Provider
-	logs *bytes.Buffer
-	now  time.Time
+	*resttest.Env // the mock's transport behind the vendor's schema, the logs
+	api           *lambdamock.API
+	p             *lambda.Provider
+	now           time.Time
 }
 
 func newEnv(t *testing.T, cfg lambda.Config) *env {
 	t.Helper()
-	e := &env{api: lambdamock.New(apiKey, catalog()...), mt: httpmock.NewMockTransport(), logs: &bytes.Buffer{},
+	e := &env{Env: resttest.NewEnv(t, apiKey, vendorSchema(t)), api: lambdamock.New(apiKey, catalog()...),
 		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	e.api.Register(e.mt, base)
-	e.doc = vendorSchema(t)
-	e.rt = e.doc.Transport(t, e.mt)
+	e.api.Register(e.MT, base)
 	cfg.APIKey = apiKey
-	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := lambda.New(cfg, lambda.WithName("lambda"), lambda.WithInstallation(installation), lambda.WithLogger(log),
-		lambda.WithHTTP(base, &http.Client{Transport: e.rt}), lambda.WithNow(func() time.Time { return e.now }))
+	p, err := lambda.New(cfg, lambda.WithName("lambda"), lambda.WithInstallation(installation), lambda.WithLogger(e.Log),
+		lambda.WithHTTP(base, e.Client()), lambda.WithNow(func() time.Time { return e.now }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.p = p
-	t.Cleanup(func() {
-		if strings.Contains(e.logs.String(), apiKey) {
-			t.Error("the API key appears in the adapter's logs")
-		}
-	})
 	return e
 }
 
@@ -96,42 +77,14 @@ func spec(vm string) *provider.InstanceSpec {
 		UserLabels:     map[string]string{"team": "ml", "cost-center": "r-and-d"}}
 }
 
-func (e *env) offer(t *testing.T) provider.Offer {
-	t.Helper()
-	req := h100
-	offers, err := e.p.Plan(context.Background(), &req)
-	if err != nil || len(offers) == 0 {
-		t.Fatalf("plan: %d offers, %v", len(offers), err)
-	}
-	return offers[0]
-}
+func (e *env) offers(t *testing.T) []provider.Offer { return resttest.Offers(t, e.p, h100) }
+
+func (e *env) offer(t *testing.T) provider.Offer { return resttest.Offer(t, e.p, h100) }
 
 func (e *env) launch(t *testing.T, s *provider.InstanceSpec) (provider.Offer, string) {
-	t.Helper()
-	ctx := context.Background()
-	o := e.offer(t)
-	prep, err := e.p.Prepare(ctx, &o, s)
-	if err != nil {
-		t.Fatalf("prepare: %v", err)
-	}
-	id, err := e.p.Create(ctx, &o, prep, s)
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	return o, id
+	return resttest.Launch(t, e.p, h100, s)
 }
 
 func kindOf(t *testing.T, err error, want provider.ErrorKind) *provider.Error {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("no error, want %s", want)
-	}
-	if got := provider.KindOf(err); got != want {
-		t.Fatalf("kind %s, want %s: %v", got, want, err)
-	}
-	pe, _ := err.(*provider.Error)
-	if strings.Contains(err.Error(), apiKey) {
-		t.Fatalf("the API key appears in an error: %v", err)
-	}
-	return pe
+	return resttest.Kind(t, err, want, apiKey)
 }

@@ -3,14 +3,11 @@ package lambda
 import (
 	"crypto/sha256"
 	"encoding/base32"
-	"fmt"
-	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/org/gpuprov/internal/rest"
+	"github.com/org/gpuprov/internal/restadapter"
 	"github.com/org/gpuprov/provider"
 )
 
@@ -75,66 +72,23 @@ type Config struct {
 
 // Provider is one Lambda Cloud account. It is safe for concurrent use.
 type Provider struct {
-	name         string
-	installation string
-	cfg          Config
-	hc           *http.Client
-	api          *rest.Client
-	log          *slog.Logger
-	now          func() time.Time
+	base restadapter.Base // name, installation, logger, API client
+	cfg  Config
+	now  func() time.Time
 
 	mu         sync.Mutex
 	lastLaunch time.Time // the last launch request sent, for LaunchInterval
 }
 
-// Option configures New.
-type Option func(*Provider)
-
-// WithName sets the provider name (default "lambda").
-func WithName(name string) Option { return func(p *Provider) { p.name = name } }
-
-// WithInstallation sets the installation id every instance is tagged with
-// and every Observe and List filters on.
-func WithInstallation(id string) Option { return func(p *Provider) { p.installation = id } }
-
-// BindInstallation implements provider.CloudProvider: gpuprov.New calls it
-// with the journal's installation id.
-func (p *Provider) BindInstallation(id string) error {
-	return provider.BindInstallation(&p.installation, id)
-}
-
-// WithLogger sets the logger (default: discard). The API key never reaches it.
-func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
-
-// WithHTTP points the provider at baseURL through hc: the test-only way to
-// talk to a mock (httpmock, httptest) instead of Lambda.
-func WithHTTP(baseURL string, hc *http.Client) Option {
-	return func(p *Provider) { p.cfg.BaseURL, p.hc = baseURL, hc }
-}
-
-// WithNow sets the clock the launch pacing reads (default time.Now).
-func WithNow(now func() time.Time) Option { return func(p *Provider) { p.now = now } }
-
 // New returns the provider of cfg. A missing API key is an error.
 func New(cfg Config, opts ...Option) (*Provider, error) {
-	p := &Provider{name: ID, cfg: cfg, now: time.Now}
+	p := &Provider{cfg: cfg, now: time.Now}
 	for _, o := range opts {
 		o(p)
 	}
-	if p.name == "" {
-		p.name = ID
-	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	if p.cfg.APIKey == "" {
-		return nil, fmt.Errorf("lambda: api_key is not set (config key api_key or the %s environment variable)", EnvAPIKey)
-	}
-	if p.cfg.BaseURL == "" {
-		p.cfg.BaseURL = DefaultBaseURL
-	}
-	if !strings.HasPrefix(p.cfg.BaseURL, "https://") && !strings.HasPrefix(p.cfg.BaseURL, "http://") {
-		return nil, fmt.Errorf("lambda: base_url %q is not an http(s) URL", p.cfg.BaseURL)
+	if err := p.base.Init(ID, restadapter.Endpoint{APIKey: p.cfg.APIKey, EnvAPIKey: EnvAPIKey,
+		BaseURL: p.cfg.BaseURL, DefaultBaseURL: DefaultBaseURL, Timeout: p.cfg.RequestTimeout}); err != nil {
+		return nil, err
 	}
 	if p.cfg.SourceNetwork == "" {
 		p.cfg.SourceNetwork = "0.0.0.0/0"
@@ -142,12 +96,17 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 	if p.cfg.LaunchInterval == 0 {
 		p.cfg.LaunchInterval = 12 * time.Second
 	}
-	p.api = rest.New(p.cfg.BaseURL, p.cfg.APIKey, p.hc, p.cfg.RequestTimeout)
 	return p, nil
 }
 
 // Name returns the provider name.
-func (p *Provider) Name() string { return p.name }
+func (p *Provider) Name() string { return p.base.Name }
+
+// BindInstallation implements provider.CloudProvider: gpuprov.New calls it
+// with the journal's installation id.
+func (p *Provider) BindInstallation(id string) error {
+	return provider.BindInstallation(&p.base.Installation, id)
+}
 
 // Capabilities: no spot, no idempotency token, no zones; user-data (the
 // host key is injected) and per-VM firewall rulesets are supported. The

@@ -17,19 +17,15 @@ import (
 
 func TestPlanUsesCapacityAndCanonicalNames(t *testing.T) {
 	e := newEnv(t, lambda.Config{})
-	req := h100
-	offers, err := e.p.Plan(context.Background(), &req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	offers := e.offers(t)
 	// gpu_8x has no region with capacity and the wrong count; rtx6000 is not
 	// in the canonical table; us-east-1 is the cheapest region with capacity.
 	var got []string
 	for _, o := range offers {
-		got = append(got, o.InstanceType+"@"+o.Location.Region)
 		if o.GPU != "H100-80GB" || o.GPUMemoryGB != 80 || o.Spot {
 			t.Fatalf("offer %+v", o)
 		}
+		got = append(got, o.InstanceType+"@"+o.Location.Region)
 	}
 	want := []string{"gpu_1x_h100_pcie@us-east-1", "gpu_1x_h100_sxm5@us-south-1", "gpu_1x_h100_sxm5@us-west-3"}
 	if !slices.Equal(got, want) {
@@ -48,7 +44,7 @@ func TestPlanUsesCapacityAndCanonicalNames(t *testing.T) {
 	}
 	// Configured regions limit the plan.
 	e2 := newEnv(t, lambda.Config{Regions: []string{"us-west-3"}})
-	offers, _ = e2.p.Plan(context.Background(), &req)
+	offers = e2.offers(t)
 	if len(offers) != 1 || offers[0].Location.Region != "us-west-3" {
 		t.Fatalf("regions filter: %+v", offers)
 	}
@@ -131,7 +127,7 @@ func TestCreateSendsIdentityUserDataKeyAndRuleset(t *testing.T) {
 	if !strings.Contains(in.UserData, "#cloud-config") || !strings.Contains(in.UserData, "HOSTKEYSECRET") || !strings.Contains(in.UserData, "ssh_authorized_keys") {
 		t.Fatalf("user data %q", in.UserData)
 	}
-	if strings.Contains(e.logs.String(), "HOSTKEYSECRET") {
+	if strings.Contains(e.Logs.String(), "HOSTKEYSECRET") {
 		t.Fatal("the host key's private half was logged")
 	}
 	// A replayed create adopts the instance instead of launching again.
@@ -218,7 +214,7 @@ func TestObserveStatusesAndIdentity(t *testing.T) {
 		t.Fatalf("active: %+v", obs)
 	}
 	// Another installation sharing the account does not see it; nor does another region.
-	other, _ := lambda.New(lambda.Config{APIKey: apiKey}, lambda.WithInstallation("inst-other"), lambda.WithHTTP(base, &http.Client{Transport: e.rt}))
+	other, _ := lambda.New(lambda.Config{APIKey: apiKey}, lambda.WithInstallation("inst-other"), lambda.WithHTTP(base, e.Client()))
 	if obs, _ := other.Observe(context.Background(), o.Location, "train"); len(obs) != 0 {
 		t.Fatalf("another installation observes %+v", obs)
 	}
@@ -326,7 +322,7 @@ func TestFactoryReadsKeyFromEnvAndValidates(t *testing.T) {
 
 func TestCredentialsErrorNeverCarriesTheKey(t *testing.T) {
 	e := newEnv(t, lambda.Config{})
-	wrong, _ := lambda.New(lambda.Config{APIKey: "wrong-" + apiKey}, lambda.WithHTTP(base, e.p2Client()))
+	wrong, _ := lambda.New(lambda.Config{APIKey: "wrong-" + apiKey}, lambda.WithHTTP(base, e.Client()))
 	req := h100
 	_, err := wrong.Plan(context.Background(), &req)
 	pe := kindOf(t, err, provider.Credentials)
@@ -338,5 +334,3 @@ func TestCredentialsErrorNeverCarriesTheKey(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
-
-func (e *env) p2Client() *http.Client { return &http.Client{Transport: e.rt} }

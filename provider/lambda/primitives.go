@@ -54,10 +54,10 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 		for _, reg := range it.RegionsWithCapacityAvailable {
 			detail, err := json.Marshal(offerDetail{InstanceType: t.Name, Region: reg.Name})
 			if err != nil {
-				return nil, provider.Errorf(provider.Failed, p.name, "plan", "encode offer detail: %w", err)
+				return nil, provider.Errorf(provider.Failed, p.base.Name, "plan", "encode offer detail: %w", err)
 			}
 			o := provider.Offer{
-				Provider: p.name, Location: provider.Location{Region: reg.Name}, InstanceType: t.Name,
+				Provider: p.base.Name, Location: provider.Location{Region: reg.Name}, InstanceType: t.Name,
 				GPU: g.Name, GPUCount: t.Specs.GPUs, GPUMemoryGB: g.MemoryGB, VCPUs: t.Specs.VCPUs,
 				MemoryGB: float64(t.Specs.MemoryGiB), PricePerHour: float64(t.PriceCentsPerHour) / 100, Detail: detail,
 				DiskGB: t.Specs.StorageGiB, // fixed per instance type: Lambda does not size disks
@@ -100,9 +100,9 @@ func gpuOf(t wireInstanceType) (provider.GPUModel, bool) {
 // Both are found by name first, so a second Prepare adopts them.
 func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
 	if len(spec.AuthorizedKeys) == 0 {
-		return nil, provider.Errorf(provider.InvalidRequest, p.name, "prepare", "Lambda launches need an SSH key and the spec has no authorized key")
+		return nil, provider.Errorf(provider.InvalidRequest, p.base.Name, "prepare", "Lambda launches need an SSH key and the spec has no authorized key")
 	}
-	name := SideName(spec.VM, p.installation)
+	name := SideName(spec.VM, p.base.Installation)
 	key, err := p.ensureKey(ctx, name, strings.TrimSpace(spec.AuthorizedKeys[0]))
 	if err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 	}
 	b, err := json.Marshal(prep)
 	if err != nil {
-		return nil, provider.Errorf(provider.Failed, p.name, "prepare", "encode: %w", err)
+		return nil, provider.Errorf(provider.Failed, p.base.Name, "prepare", "encode: %w", err)
 	}
 	return b, nil
 }
@@ -148,7 +148,7 @@ func (p *Provider) ensureKey(ctx context.Context, name, public string) (wireSSHK
 	if err := p.call(ctx, "prepare", http.MethodPost, "/ssh-keys", nil, in, &out); err != nil {
 		return wireSSHKey{}, err
 	}
-	p.log.Info("lambda: registered ssh key", "provider", p.name, "key", name)
+	p.base.Log.Info("lambda: registered ssh key", "provider", p.base.Name, "key", name)
 	return out.Data, nil
 }
 
@@ -170,7 +170,7 @@ func (p *Provider) ensureRuleset(ctx context.Context, name, region string, ports
 		// a port range goes with tcp and udp only.
 		proto := strings.ToLower(pt.Protocol)
 		if proto != "tcp" && proto != "udp" {
-			return wireRuleset{}, provider.Errorf(provider.InvalidRequest, p.name, "prepare",
+			return wireRuleset{}, provider.Errorf(provider.InvalidRequest, p.base.Name, "prepare",
 				"port %s: Lambda firewall rules open ports for tcp or udp only", pt)
 		}
 		rules = append(rules, wireRule{Protocol: proto, PortRange: []int{pt.Number, pt.Number},
@@ -183,7 +183,7 @@ func (p *Provider) ensureRuleset(ctx context.Context, name, region string, ports
 	if err := p.call(ctx, "prepare", http.MethodPost, "/firewall-rulesets", nil, in, &out); err != nil {
 		return wireRuleset{}, err
 	}
-	p.log.Info("lambda: created firewall ruleset", "provider", p.name, "ruleset", name, "region", region)
+	p.base.Log.Info("lambda: created firewall ruleset", "provider", p.base.Name, "ruleset", name, "region", region)
 	return out.Data, nil
 }
 
@@ -198,11 +198,11 @@ func (p *Provider) ensureRuleset(ctx context.Context, name, region string, ports
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	var d offerDetail
 	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.InstanceType == "" || d.Region == "" {
-		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "offer has no Lambda instance type and region in its detail (%s)", offer.Detail)
+		return "", provider.Errorf(provider.InvalidRequest, p.base.Name, "create", "offer has no Lambda instance type and region in its detail (%s)", offer.Detail)
 	}
 	var pr prepared
 	if err := json.Unmarshal(prep, &pr); err != nil || pr.SSHKey == "" {
-		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "prepared data names no SSH key (%s)", prep)
+		return "", provider.Errorf(provider.InvalidRequest, p.base.Name, "create", "prepared data names no SSH key (%s)", prep)
 	}
 	obs, err := p.Observe(ctx, provider.Location{Region: d.Region}, spec.VM)
 	if err != nil {
@@ -210,18 +210,18 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	}
 	for _, o := range obs {
 		if o.Status == provider.StatusPending || o.Status == provider.StatusRunning {
-			p.log.Info("lambda: adopted existing instance", "provider", p.name, "vm", spec.VM, "instance", o.ID)
+			p.base.Log.Info("lambda: adopted existing instance", "provider", p.base.Name, "vm", spec.VM, "instance", o.ID)
 			return o.ID, nil
 		}
 	}
 	if wait := p.launchSlot(); wait > 0 {
-		return "", &provider.Error{Kind: provider.Transient, Op: "create", Provider: p.name, RetryAfter: wait,
+		return "", &provider.Error{Kind: provider.Transient, Op: "create", Provider: p.base.Name, RetryAfter: wait,
 			Err: fmt.Errorf("launch paced: Lambda allows one launch per %s; next in %s", p.cfg.LaunchInterval, wait)}
 	}
 	in := wireLaunch{
 		RegionName: d.Region, InstanceTypeName: d.InstanceType, SSHKeyNames: []string{pr.SSHKey},
 		Name: InstanceName(spec.VM), UserData: provider.CloudInit(spec),
-		Tags: tags(spec, p.installation),
+		Tags: tags(spec, p.base.Installation),
 	}
 	if pr.RulesetID != "" {
 		in.FirewallRulesets = []wireRulesetRef{{ID: pr.RulesetID}}
@@ -238,10 +238,10 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 		return "", err
 	}
 	if len(out.Data.InstanceIDs) == 0 {
-		return "", provider.Errorf(provider.Transient, p.name, "create", "launch answer carries no instance id")
+		return "", provider.Errorf(provider.Transient, p.base.Name, "create", "launch answer carries no instance id")
 	}
 	id := out.Data.InstanceIDs[0]
-	p.log.Info("lambda: launched", "provider", p.name, "vm", spec.VM, "instance", id, "type", d.InstanceType, "region", d.Region)
+	p.base.Log.Info("lambda: launched", "provider", p.base.Name, "vm", spec.VM, "instance", id, "type", d.InstanceType, "region", d.Region)
 	return id, nil
 }
 
@@ -270,7 +270,7 @@ func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string
 	}
 	out := []provider.Observed{}
 	for _, in := range ins {
-		if in.Name != InstanceName(vm) || in.tag(provider.LabelVM) != vm || in.tag(provider.LabelInstallation) != p.installation {
+		if in.Name != InstanceName(vm) || in.tag(provider.LabelVM) != vm || in.tag(provider.LabelInstallation) != p.base.Installation {
 			continue
 		}
 		if loc.Region != "" && in.Region.Name != loc.Region {
@@ -326,7 +326,7 @@ func (p *Provider) Delete(ctx context.Context, loc provider.Location, vm string,
 			first = err
 		}
 		if err == nil {
-			p.log.Info("lambda: terminate requested", "provider", p.name, "vm", vm, "instance", id)
+			p.base.Log.Info("lambda: terminate requested", "provider", p.base.Name, "vm", vm, "instance", id)
 		}
 	}
 	return first
@@ -336,7 +336,7 @@ func (p *Provider) Delete(ctx context.Context, loc provider.Location, vm string,
 // gone already is success. A ruleset or key still held by a terminating
 // instance is answered ...-in-use, which is Transient.
 func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string) error {
-	name := SideName(vm, p.installation)
+	name := SideName(vm, p.base.Installation)
 	var rs struct {
 		Data []wireRuleset `json:"data"`
 	}

@@ -62,11 +62,11 @@ func TestCleanupOfAKeyAlreadyGone(t *testing.T) {
 				return nil, err
 			}
 			first.Header = r.Header.Clone()
-			if _, err := e.rt.RoundTrip(first); err != nil {
+			if _, err := e.RT.RoundTrip(first); err != nil {
 				return nil, err
 			}
 		}
-		return e.rt.RoundTrip(r)
+		return e.RT.RoundTrip(r)
 	})}
 	p, err := lambda.New(lambda.Config{APIKey: apiKey, NoFirewall: true}, lambda.WithInstallation(installation), lambda.WithHTTP(base, racer))
 	if err != nil {
@@ -80,7 +80,7 @@ func TestCleanupOfAKeyAlreadyGone(t *testing.T) {
 		t.Fatalf("deletes %+v, keys %v", dels, e.api.SSHKeys())
 	}
 	// The mock answers the second DELETE as Lambda documents.
-	resp, err := e.rt.RoundTrip(mustRequest(t, http.MethodDelete, base+"/ssh-keys/"+"nope"))
+	resp, err := e.RT.RoundTrip(e.Request(t, http.MethodDelete, base+"/ssh-keys/"+"nope", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,16 +89,6 @@ func TestCleanupOfAKeyAlreadyGone(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 400 || body.Error.Code != lambda.CodeInvalidParameters {
 		t.Fatalf("mock answered %d %+v %v", resp.StatusCode, body, err)
 	}
-}
-
-func mustRequest(t *testing.T, method, url string) *http.Request {
-	t.Helper()
-	r, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Header.Set("Authorization", "Bearer "+apiKey)
-	return r
 }
 
 // TestFirewallProtocolIsSentLowerCase: NetworkProtocol is the enum tcp,

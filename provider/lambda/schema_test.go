@@ -1,11 +1,8 @@
 package lambda_test
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,22 +61,15 @@ func TestEveryPrimitiveAgainstTheVendorSchema(t *testing.T) {
 	if err := e.p.Cleanup(ctx, o.Location, "train"); err != nil {
 		t.Fatal(err)
 	}
-	wrong, _ := lambda.New(lambda.Config{APIKey: "wrong"}, lambda.WithHTTP(base, e.p2Client()))
+	wrong, _ := lambda.New(lambda.Config{APIKey: "wrong"}, lambda.WithHTTP(base, e.Client()))
 	req := h100
 	if _, err := wrong.Plan(ctx, &req); provider.KindOf(err) != provider.Credentials { // 401
 		t.Fatalf("wrong key: %v", err)
 	}
 
-	if left := e.doc.Unexercised(); len(left) > 0 {
-		t.Errorf("operations of testdata/openapi.json no primitive exercised: %v", left)
-	}
-	for _, want := range []string{"POST /api/v1/instance-operations/launch 400", "GET /api/v1/instance-types 401",
+	e.Exercised(t, "POST /api/v1/instance-operations/launch 400", "GET /api/v1/instance-types 401",
 		"GET /api/v1/instances/{id} 404", "POST /api/v1/instance-operations/terminate 404",
-		"DELETE /api/v1/firewall-rulesets/{id} 400"} {
-		if !slices.Contains(e.doc.Seen(), want) {
-			t.Errorf("no %s answer was checked; seen %v", want, e.doc.Seen())
-		}
-	}
+		"DELETE /api/v1/firewall-rulesets/{id} 400")
 }
 
 // TestTheSchemaCatchesAMockThatStrays derives wrong answers and requests
@@ -89,23 +79,15 @@ func TestTheSchemaCatchesAMockThatStrays(t *testing.T) {
 	e := newEnv(t, lambda.Config{})
 	_, id := e.launch(t, spec("train"))
 	e.api.Settle()
-	get := mustRequest(t, http.MethodGet, base+"/instances/"+id)
-	resp, err := e.mt.RoundTrip(get)
-	if err != nil {
-		t.Fatal(err)
-	}
-	instance, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err := e.doc.CheckResponse(get, openapitest.JSONResponse(200, instance)); err != nil {
+	get := e.Request(t, http.MethodGet, base+"/instances/"+id, "")
+	instance := e.Answer(t, get)
+	if err := e.Doc.CheckResponse(get, openapitest.JSONResponse(200, instance)); err != nil {
 		t.Fatalf("the mock's own answer is rejected: %v", err)
 	}
 	launch := func(body string) *http.Request {
-		r := mustRequest(t, http.MethodPost, base+"/instance-operations/launch")
-		r.Body = io.NopCloser(strings.NewReader(body))
-		r.Header.Set("Content-Type", "application/json")
-		return r
+		return e.Request(t, http.MethodPost, base+"/instance-operations/launch", body)
 	}
-	if _, err := e.doc.CheckRequest(launch(`{"region_name":"us-east-1","instance_type_name":"gpu_1x_h100_pcie","ssh_key_names":["k"]}`)); err != nil {
+	if _, err := e.Doc.CheckRequest(launch(`{"region_name":"us-east-1","instance_type_name":"gpu_1x_h100_pcie","ssh_key_names":["k"]}`)); err != nil {
 		t.Fatalf("a valid launch is rejected: %v", err)
 	}
 
@@ -115,43 +97,41 @@ func TestTheSchemaCatchesAMockThatStrays(t *testing.T) {
 		want string // in the error
 	}{
 		{"instance status renamed to state", func() error {
-			return e.doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, instance, func(o map[string]any) {
+			return e.Doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, instance, func(o map[string]any) {
 				in := o["data"].(map[string]any)
 				in["state"] = in["status"]
 				delete(in, "status")
 			})))
 		}, "status"},
 		{"instance status outside InstanceStatus", func() error {
-			return e.doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, instance, func(o map[string]any) {
+			return e.Doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, instance, func(o map[string]any) {
 				o["data"].(map[string]any)["status"] = "running"
 			})))
 		}, "status"},
 		{"price as a string", func() error {
-			return e.doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, instance, func(o map[string]any) {
+			return e.Doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, instance, func(o map[string]any) {
 				o["data"].(map[string]any)["instance_type"].(map[string]any)["price_cents_per_hour"] = "249"
 			})))
 		}, "price_cents_per_hour"},
 		{"401 without the suggestion ApiErrorUnauthorized requires", func() error {
-			return e.doc.CheckResponse(get, openapitest.JSONResponse(401,
+			return e.Doc.CheckResponse(get, openapitest.JSONResponse(401,
 				[]byte(`{"error":{"code":"global/invalid-api-key","message":"API key was invalid, expired, or deleted."}}`)))
 		}, "suggestion"},
 		{"an error code the status does not document", func() error {
-			return e.doc.CheckResponse(get, openapitest.JSONResponse(404,
+			return e.Doc.CheckResponse(get, openapitest.JSONResponse(404,
 				[]byte(`{"error":{"code":"global/not-found","message":"not found","suggestion":"none"}}`)))
 		}, "code"},
 		{"launch without region_name", func() error {
-			_, err := e.doc.CheckRequest(launch(`{"instance_type_name":"gpu_1x_h100_pcie","ssh_key_names":["k"]}`))
+			_, err := e.Doc.CheckRequest(launch(`{"instance_type_name":"gpu_1x_h100_pcie","ssh_key_names":["k"]}`))
 			return err
 		}, "region_name"},
 		{"launch with upper-case firewall protocol", func() error {
-			r := mustRequest(t, http.MethodPost, base+"/firewall-rulesets")
-			r.Body = io.NopCloser(bytes.NewReader([]byte(`{"name":"x","region":"us-east-1","rules":[{"protocol":"TCP","port_range":[22,22],"source_network":"0.0.0.0/0","description":"ssh"}]}`)))
-			r.Header.Set("Content-Type", "application/json")
-			_, err := e.doc.CheckRequest(r)
+			_, err := e.Doc.CheckRequest(e.Request(t, http.MethodPost, base+"/firewall-rulesets",
+				`{"name":"x","region":"us-east-1","rules":[{"protocol":"TCP","port_range":[22,22],"source_network":"0.0.0.0/0","description":"ssh"}]}`))
 			return err
 		}, "protocol"},
 		{"an operation the document does not have", func() error {
-			_, err := e.doc.CheckRequest(mustRequest(t, http.MethodGet, base+"/instances/"+id+"/console"))
+			_, err := e.Doc.CheckRequest(e.Request(t, http.MethodGet, base+"/instances/"+id+"/console", ""))
 			return err
 		}, "no operation"},
 	} {

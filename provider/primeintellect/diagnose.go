@@ -25,7 +25,7 @@ func (p *Provider) Diagnose(ctx context.Context, loc provider.Location, vm, inst
 	if err != nil {
 		return d, err
 	}
-	if pod.Name != PodName(vm, p.installation) {
+	if pod.Name != PodName(vm, p.base.Installation) {
 		d.Findings = append(d.Findings, provider.Finding{Severity: provider.Critical, Code: "identity-mismatch",
 			Message: fmt.Sprintf("pod %s is not named for VM %s in this installation", instanceID, vm)})
 		return d, nil
@@ -87,7 +87,7 @@ func (p *Provider) List(ctx context.Context, loc provider.Location) ([]provider.
 	}
 	out := []provider.Observed{}
 	for _, pod := range pods {
-		vm := vmOf(pod.Name, p.installation)
+		vm := vmOf(pod.Name, p.base.Installation)
 		if vm == "" {
 			continue
 		}

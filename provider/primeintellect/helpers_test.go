@@ -1,23 +1,15 @@
 package primeintellect_test
 
 import (
-	"bytes"
-	"context"
-	"log/slog"
 	"net/http"
-	"strings"
 	"testing"
 
-	"github.com/jarcoal/httpmock"
-	"go.uber.org/goleak"
-
 	"github.com/org/gpuprov/internal/openapitest"
+	"github.com/org/gpuprov/internal/rest/resttest"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/primeintellect"
 	"github.com/org/gpuprov/provider/primeintellect/primemock"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const (
 	apiKey       = "pit_secret_key_abcdef0123"
@@ -38,12 +30,9 @@ func items() []primemock.Item {
 }
 
 type env struct {
-	api  *primemock.API
-	mt   *httpmock.MockTransport
-	doc  *openapitest.Doc  // the vendor's schema every request and answer is checked against
-	rt   http.RoundTripper // mt behind doc's checks
-	p    *primeintellect.Provider
-	logs *bytes.Buffer
+	*resttest.Env // the mock's transport behind the vendor's schema, the logs
+	api           *primemock.API
+	p             *primeintellect.Provider
 }
 
 func newEnv(t *testing.T, cfg primeintellect.Config, its ...primemock.Item) *env {
@@ -51,23 +40,15 @@ func newEnv(t *testing.T, cfg primeintellect.Config, its ...primemock.Item) *env
 	if len(its) == 0 {
 		its = items()
 	}
-	e := &env{api: primemock.New(apiKey, its...), mt: httpmock.NewMockTransport(), logs: &bytes.Buffer{}}
-	e.api.Register(e.mt, base)
-	e.doc = vendorSchema(t)
-	e.rt = e.doc.Transport(t, e.mt)
+	e := &env{Env: resttest.NewEnv(t, apiKey, vendorSchema(t)), api: primemock.New(apiKey, its...)}
+	e.api.Register(e.MT, base)
 	cfg.APIKey = apiKey
-	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := primeintellect.New(cfg, primeintellect.WithInstallation(installation), primeintellect.WithLogger(log),
-		primeintellect.WithHTTP(base, &http.Client{Transport: e.rt}))
+	p, err := primeintellect.New(cfg, primeintellect.WithInstallation(installation), primeintellect.WithLogger(e.Log),
+		primeintellect.WithHTTP(base, e.Client()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.p = p
-	t.Cleanup(func() {
-		if strings.Contains(e.logs.String(), apiKey) {
-			t.Error("the API key appears in the adapter's logs")
-		}
-	})
 	return e
 }
 
@@ -82,40 +63,16 @@ func spec(vm string) *provider.InstanceSpec {
 		AuthorizedKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ5Vf0zdfBx5i9nRYkuGAOI4dqnA7BD6IVn0i60HNmDH user@host"}}
 }
 
-func (e *env) offer(t *testing.T) provider.Offer {
-	t.Helper()
-	req := h100
-	offers, err := e.p.Plan(context.Background(), &req)
-	if err != nil || len(offers) == 0 {
-		t.Fatalf("plan: %d offers, %v", len(offers), err)
-	}
-	return offers[0]
-}
+func (e *env) offers(t *testing.T) []provider.Offer { return resttest.Offers(t, e.p, h100) }
+
+func (e *env) offer(t *testing.T) provider.Offer { return resttest.Offer(t, e.p, h100) }
 
 func (e *env) launch(t *testing.T, s *provider.InstanceSpec) (provider.Offer, string) {
-	t.Helper()
-	o := e.offer(t)
-	prep, err := e.p.Prepare(context.Background(), &o, s)
-	if err != nil {
-		t.Fatalf("prepare: %v", err)
-	}
-	id, err := e.p.Create(context.Background(), &o, prep, s)
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	return o, id
+	return resttest.Launch(t, e.p, h100, s)
 }
 
 func kindOf(t *testing.T, err error, want provider.ErrorKind) *provider.Error {
-	t.Helper()
-	if got := provider.KindOf(err); err == nil || got != want {
-		t.Fatalf("kind %s, want %s: %v", got, want, err)
-	}
-	if strings.Contains(err.Error(), apiKey) {
-		t.Fatalf("the API key appears in an error: %v", err)
-	}
-	pe, _ := err.(*provider.Error)
-	return pe
+	return resttest.Kind(t, err, want, apiKey)
 }
 
 // undocumented are the statuses Prime Intellect answers that its document

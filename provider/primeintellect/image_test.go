@@ -65,7 +65,7 @@ func TestMockAnswersAnInvalidImageAsDocumented(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, base+"/pods/", strings.NewReader(
 		`{"pod":{"cloudId":"c","gpuType":"H100_80GB","socket":"SXM5","gpuCount":1,"image":"`+dockerImage+`"},"provider":{"type":"runpod"}}`))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
-	resp, err := e.mt.RoundTrip(req)
+	resp, err := e.MT.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,11 +17,7 @@ import (
 
 func TestPlanFiltersStockAndNormalizes(t *testing.T) {
 	e := newEnv(t, primeintellect.Config{})
-	req := h100
-	offers, err := e.p.Plan(context.Background(), &req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	offers := e.offers(t)
 	var got []string
 	for _, o := range offers {
 		var d map[string]any
@@ -56,7 +52,7 @@ func TestPlanFiltersStockAndNormalizes(t *testing.T) {
 	}
 	// Security filter.
 	e2 := newEnv(t, primeintellect.Config{Security: "secure_cloud"})
-	offers, _ = e2.p.Plan(context.Background(), &req)
+	offers = e2.offers(t)
 	if len(offers) != 1 || offers[0].Location.Zone != "US-1" {
 		t.Fatalf("secure only: %+v", offers)
 	}

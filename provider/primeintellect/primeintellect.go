@@ -5,13 +5,11 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/org/gpuprov/internal/rest"
+	"github.com/org/gpuprov/internal/restadapter"
 	"github.com/org/gpuprov/provider"
 )
 
@@ -78,37 +76,8 @@ type Config struct {
 
 // Provider is one Prime Intellect account. It is safe for concurrent use.
 type Provider struct {
-	name         string
-	installation string
-	cfg          Config
-	hc           *http.Client
-	api          *rest.Client
-	log          *slog.Logger
-}
-
-// Option configures New.
-type Option func(*Provider)
-
-// WithName sets the provider name (default "primeintellect").
-func WithName(name string) Option { return func(p *Provider) { p.name = name } }
-
-// WithInstallation sets the installation id encoded in every pod's name and
-// filtered on by Observe and List.
-func WithInstallation(id string) Option { return func(p *Provider) { p.installation = id } }
-
-// BindInstallation implements provider.CloudProvider: gpuprov.New calls it
-// with the journal's installation id.
-func (p *Provider) BindInstallation(id string) error {
-	return provider.BindInstallation(&p.installation, id)
-}
-
-// WithLogger sets the logger (default: discard). The API key never reaches it.
-func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
-
-// WithHTTP points the provider at baseURL through hc: the test-only way to
-// talk to a mock instead of Prime Intellect.
-func WithHTTP(baseURL string, hc *http.Client) Option {
-	return func(p *Provider) { p.cfg.BaseURL, p.hc = baseURL, hc }
+	base restadapter.Base // name, installation, logger, API client
+	cfg  Config
 }
 
 // DefaultImage is the environment image pods get when none is configured
@@ -143,24 +112,13 @@ func checkImage(image string) error {
 // New returns the provider of cfg. A missing API key, or an Image that is
 // not one of Images, is an error.
 func New(cfg Config, opts ...Option) (*Provider, error) {
-	p := &Provider{name: ID, cfg: cfg}
+	p := &Provider{cfg: cfg}
 	for _, o := range opts {
 		o(p)
 	}
-	if p.name == "" {
-		p.name = ID
-	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	if p.cfg.APIKey == "" {
-		return nil, fmt.Errorf("primeintellect: api_key is not set (config key api_key or the %s environment variable)", EnvAPIKey)
-	}
-	if p.cfg.BaseURL == "" {
-		p.cfg.BaseURL = DefaultBaseURL
-	}
-	if !strings.HasPrefix(p.cfg.BaseURL, "https://") && !strings.HasPrefix(p.cfg.BaseURL, "http://") {
-		return nil, fmt.Errorf("primeintellect: base_url %q is not an http(s) URL", p.cfg.BaseURL)
+	if err := p.base.Init(ID, restadapter.Endpoint{APIKey: p.cfg.APIKey, EnvAPIKey: EnvAPIKey,
+		BaseURL: p.cfg.BaseURL, DefaultBaseURL: DefaultBaseURL, Timeout: p.cfg.RequestTimeout}); err != nil {
+		return nil, err
 	}
 	if p.cfg.Image == "" {
 		p.cfg.Image = DefaultImage
@@ -168,12 +126,17 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 	if err := checkImage(p.cfg.Image); err != nil {
 		return nil, fmt.Errorf("primeintellect: image: %w", err)
 	}
-	p.api = rest.New(p.cfg.BaseURL, p.cfg.APIKey, p.hc, p.cfg.RequestTimeout)
 	return p, nil
 }
 
 // Name returns the provider name.
-func (p *Provider) Name() string { return p.name }
+func (p *Provider) Name() string { return p.base.Name }
+
+// BindInstallation implements provider.CloudProvider: gpuprov.New calls it
+// with the journal's installation id.
+func (p *Provider) BindInstallation(id string) error {
+	return provider.BindInstallation(&p.base.Installation, id)
+}
 
 // Capabilities: no idempotency token, no user-data (the core pins the host
 // key on first contact), no per-VM firewall (ports come from the host's

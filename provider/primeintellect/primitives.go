@@ -49,7 +49,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 	image := cmp.Or(req.Image, p.cfg.Image)
 	if req.Image != "" {
 		if err := checkImage(req.Image); err != nil {
-			return nil, provider.Errorf(provider.Unavailable, p.name, "plan", "image %w", err)
+			return nil, provider.Errorf(provider.Unavailable, p.base.Name, "plan", "image %w", err)
 		}
 	}
 	items, err := p.availability(ctx, req.GPUCount)
@@ -89,10 +89,10 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 			Image: image, Stock: it.StockStatus}
 		detail, err := json.Marshal(d)
 		if err != nil {
-			return nil, provider.Errorf(provider.Failed, p.name, "plan", "encode offer detail: %w", err)
+			return nil, provider.Errorf(provider.Failed, p.base.Name, "plan", "encode offer detail: %w", err)
 		}
 		o := provider.Offer{
-			Provider: p.name, Location: provider.Location{Region: region, Zone: it.DataCenter},
+			Provider: p.base.Name, Location: provider.Location{Region: region, Zone: it.DataCenter},
 			InstanceType: fmt.Sprintf("%s_x%d_%s_%s_%s", it.GPUType, it.GPUCount, it.Socket, it.Provider, it.CloudID),
 			GPU:          g.Name, GPUCount: it.GPUCount, GPUMemoryGB: cmp.Or(it.GPUMemory, g.MemoryGB),
 			VCPUs: it.VCPU.DefaultCount, MemoryGB: float64(it.Memory.DefaultCount),
@@ -139,7 +139,7 @@ func (p *Provider) availability(ctx context.Context, count int) ([]wireAvailabil
 // name and content. Prime has no per-pod firewall.
 func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
 	if len(spec.AuthorizedKeys) == 0 {
-		return nil, provider.Errorf(provider.InvalidRequest, p.name, "prepare", "the spec has no authorized key to install on the pod")
+		return nil, provider.Errorf(provider.InvalidRequest, p.base.Name, "prepare", "the spec has no authorized key to install on the pod")
 	}
 	// The request's image reaches the adapter only here (Plan does not see
 	// it). One Prime cannot take is Unavailable: this cloud is not viable
@@ -147,10 +147,10 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 	// nothing has been created yet.
 	if spec.Image != "" {
 		if err := checkImage(spec.Image); err != nil {
-			return nil, provider.Errorf(provider.Unavailable, p.name, "prepare", "image %w", err)
+			return nil, provider.Errorf(provider.Unavailable, p.base.Name, "prepare", "image %w", err)
 		}
 	}
-	name := PodName(spec.VM, p.installation)
+	name := PodName(spec.VM, p.base.Installation)
 	public := strings.TrimSpace(spec.AuthorizedKeys[0])
 	keys, err := p.listKeys(ctx, "prepare")
 	if err != nil {
@@ -175,11 +175,11 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 			return nil, err
 		}
 		id = out.ID
-		p.log.Info("primeintellect: registered ssh key", "provider", p.name, "key", name)
+		p.base.Log.Info("primeintellect: registered ssh key", "provider", p.base.Name, "key", name)
 	}
 	b, err := json.Marshal(prepared{SSHKeyID: id})
 	if err != nil {
-		return nil, provider.Errorf(provider.Failed, p.name, "prepare", "encode: %w", err)
+		return nil, provider.Errorf(provider.Failed, p.base.Name, "prepare", "encode: %w", err)
 	}
 	return b, nil
 }
@@ -192,11 +192,11 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	var d offerDetail
 	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.CloudID == "" || d.GPUType == "" {
-		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "offer has no Prime cloudId and GPU type in its detail (%s)", offer.Detail)
+		return "", provider.Errorf(provider.InvalidRequest, p.base.Name, "create", "offer has no Prime cloudId and GPU type in its detail (%s)", offer.Detail)
 	}
 	var pr prepared
 	if err := json.Unmarshal(prep, &pr); err != nil || pr.SSHKeyID == "" {
-		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "prepared data names no SSH key (%s)", prep)
+		return "", provider.Errorf(provider.InvalidRequest, p.base.Name, "create", "prepared data names no SSH key (%s)", prep)
 	}
 	obs, err := p.Observe(ctx, offer.Location, spec.VM)
 	if err != nil {
@@ -204,14 +204,14 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	}
 	for _, o := range obs {
 		if o.Status == provider.StatusPending || o.Status == provider.StatusRunning {
-			p.log.Info("primeintellect: adopted existing pod", "provider", p.name, "vm", spec.VM, "pod", o.ID)
+			p.base.Log.Info("primeintellect: adopted existing pod", "provider", p.base.Name, "vm", spec.VM, "pod", o.ID)
 			return o.ID, nil
 		}
 	}
 	pod := map[string]any{
-		"name": PodName(spec.VM, p.installation), "cloudId": d.CloudID, "gpuType": d.GPUType, "socket": d.Socket,
+		"name": PodName(spec.VM, p.base.Installation), "cloudId": d.CloudID, "gpuType": d.GPUType, "socket": d.Socket,
 		"gpuCount": d.GPUCount, "image": cmp.Or(spec.Image, d.Image), "sshKeyId": pr.SSHKeyID,
-		"envVars": []map[string]string{{"key": "GPUPROV_VM", "value": spec.VM}, {"key": "GPUPROV_INSTALLATION", "value": p.installation}},
+		"envVars": []map[string]string{{"key": "GPUPROV_VM", "value": spec.VM}, {"key": "GPUPROV_INSTALLATION", "value": p.base.Installation}},
 	}
 	if d.DataCenterID != "" {
 		pod["dataCenterId"] = d.DataCenterID
@@ -234,9 +234,9 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 		return "", err
 	}
 	if out.ID == "" {
-		return "", provider.Errorf(provider.Transient, p.name, "create", "create answer carries no pod id")
+		return "", provider.Errorf(provider.Transient, p.base.Name, "create", "create answer carries no pod id")
 	}
-	p.log.Info("primeintellect: created pod", "provider", p.name, "vm", spec.VM, "pod", out.ID, "cloud_id", d.CloudID)
+	p.base.Log.Info("primeintellect: created pod", "provider", p.base.Name, "vm", spec.VM, "pod", out.ID, "cloud_id", d.CloudID)
 	return out.ID, nil
 }
 
@@ -250,7 +250,7 @@ func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string
 	}
 	out := []provider.Observed{}
 	for _, pod := range pods {
-		if pod.Name != PodName(vm, p.installation) {
+		if pod.Name != PodName(vm, p.base.Installation) {
 			continue
 		}
 		if o := observed(pod, vm); o.Status != provider.StatusTerminated {
@@ -355,7 +355,7 @@ func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string
 		return err
 	}
 	for _, k := range keys {
-		if k.Name != PodName(vm, p.installation) {
+		if k.Name != PodName(vm, p.base.Installation) {
 			continue
 		}
 		if err := p.call(ctx, "cleanup", http.MethodDelete, "/ssh_keys/"+url.PathEscape(k.ID), nil, nil, nil); err != nil && !isGone(err) {

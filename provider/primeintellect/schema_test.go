@@ -2,9 +2,7 @@ package primeintellect_test
 
 import (
 	"context"
-	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 
@@ -59,21 +57,14 @@ func TestEveryPrimitiveAgainstTheVendorSchema(t *testing.T) {
 	if err := e.p.Cleanup(ctx, o.Location, "train"); err != nil {
 		t.Fatal(err)
 	}
-	wrong, _ := primeintellect.New(primeintellect.Config{APIKey: "wrong"}, primeintellect.WithHTTP(base, &http.Client{Transport: e.rt}))
+	wrong, _ := primeintellect.New(primeintellect.Config{APIKey: "wrong"}, primeintellect.WithHTTP(base, e.Client()))
 	req := h100
 	if _, err := wrong.Plan(ctx, &req); provider.KindOf(err) != provider.Credentials { // 401
 		t.Fatalf("wrong key: %v", err)
 	}
 
-	if left := e.doc.Unexercised(); len(left) > 0 {
-		t.Errorf("operations of testdata/openapi.json no primitive exercised: %v", left)
-	}
-	for _, want := range []string{"POST /api/v1/pods/ 422", "GET /api/v1/availability/gpus 401",
-		"DELETE /api/v1/pods/{pod_id} 200", "DELETE /api/v1/ssh_keys/{key_id} 200"} {
-		if !slices.Contains(e.doc.Seen(), want) {
-			t.Errorf("no %s answer was checked; seen %v", want, e.doc.Seen())
-		}
-	}
+	e.Exercised(t, "POST /api/v1/pods/ 422", "GET /api/v1/availability/gpus 401",
+		"DELETE /api/v1/pods/{pod_id} 200", "DELETE /api/v1/ssh_keys/{key_id} 200")
 }
 
 // TestTheSchemaCatchesAMockThatStrays derives wrong answers and requests
@@ -82,24 +73,13 @@ func TestTheSchemaCatchesAMockThatStrays(t *testing.T) {
 	e := newEnv(t, primeintellect.Config{})
 	_, id := e.launch(t, spec("train"))
 	e.api.Settle()
-	get, _ := http.NewRequest(http.MethodGet, base+"/pods/"+id, nil)
-	get.Header.Set("Authorization", "Bearer "+apiKey)
-	resp, err := e.mt.RoundTrip(get)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err := e.doc.CheckResponse(get, openapitest.JSONResponse(200, pod)); err != nil {
+	get := e.Request(t, http.MethodGet, base+"/pods/"+id, "")
+	pod := e.Answer(t, get)
+	if err := e.Doc.CheckResponse(get, openapitest.JSONResponse(200, pod)); err != nil {
 		t.Fatalf("the mock's own answer is rejected: %v", err)
 	}
-	create := func(body string) *http.Request {
-		r, _ := http.NewRequest(http.MethodPost, base+"/pods/", strings.NewReader(body))
-		r.Header.Set("Authorization", "Bearer "+apiKey)
-		r.Header.Set("Content-Type", "application/json")
-		return r
-	}
-	if _, err := e.doc.CheckRequest(create(`{"pod":{"cloudId":"c","gpuType":"H100_80GB","socket":"SXM5","gpuCount":1},"provider":{"type":"runpod"}}`)); err != nil {
+	create := func(body string) *http.Request { return e.Request(t, http.MethodPost, base+"/pods/", body) }
+	if _, err := e.Doc.CheckRequest(create(`{"pod":{"cloudId":"c","gpuType":"H100_80GB","socket":"SXM5","gpuCount":1},"provider":{"type":"runpod"}}`)); err != nil {
 		t.Fatalf("a valid create is rejected: %v", err)
 	}
 	for _, tc := range []struct {
@@ -108,34 +88,34 @@ func TestTheSchemaCatchesAMockThatStrays(t *testing.T) {
 		want string
 	}{
 		{"gpuName renamed to gpuType (the availability field's name)", func() error {
-			return e.doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
+			return e.Doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
 				o["gpuType"] = o["gpuName"]
 				delete(o, "gpuName")
 			})))
 		}, "gpuName"},
 		{"pod status outside PodStatusEnum", func() error {
-			return e.doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
+			return e.Doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
 				o["status"] = "RUNNING"
 			})))
 		}, "status"},
 		{"priceHr as a string", func() error {
-			return e.doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
+			return e.Doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
 				o["priceHr"] = "1.0"
 			})))
 		}, "priceHr"},
 		{"422 in FastAPI's default shape instead of ErrorResponse", func() error {
-			return e.doc.CheckResponse(get, openapitest.JSONResponse(422, []byte(`{"detail":[{"loc":["path","pod_id"],"msg":"bad"}]}`)))
+			return e.Doc.CheckResponse(get, openapitest.JSONResponse(422, []byte(`{"detail":[{"loc":["path","pod_id"],"msg":"bad"}]}`)))
 		}, "errors"},
 		{"create without provider", func() error {
-			_, err := e.doc.CheckRequest(create(`{"pod":{"cloudId":"c","gpuType":"H100_80GB","socket":"SXM5","gpuCount":1}}`))
+			_, err := e.Doc.CheckRequest(create(`{"pod":{"cloudId":"c","gpuType":"H100_80GB","socket":"SXM5","gpuCount":1}}`))
 			return err
 		}, "provider"},
 		{"create with an image outside EnvironmentTypeEnum", func() error {
-			_, err := e.doc.CheckRequest(create(`{"pod":{"cloudId":"c","gpuType":"H100_80GB","socket":"SXM5","gpuCount":1,"image":"nvidia/cuda:12.4"},"provider":{"type":"runpod"}}`))
+			_, err := e.Doc.CheckRequest(create(`{"pod":{"cloudId":"c","gpuType":"H100_80GB","socket":"SXM5","gpuCount":1,"image":"nvidia/cuda:12.4"},"provider":{"type":"runpod"}}`))
 			return err
 		}, "image"},
 		{"create with a field PodRequestConfig does not have", func() error {
-			_, err := e.doc.CheckRequest(create(`{"pod":{"cloudId":"c","gpuType":"H100_80GB","socket":"SXM5","gpuCount":1,"sshKey":"k"},"provider":{"type":"runpod"}}`))
+			_, err := e.Doc.CheckRequest(create(`{"pod":{"cloudId":"c","gpuType":"H100_80GB","socket":"SXM5","gpuCount":1,"sshKey":"k"},"provider":{"type":"runpod"}}`))
 			return err
 		}, "sshKey"},
 	} {

@@ -25,7 +25,7 @@ func (p *Provider) Diagnose(ctx context.Context, loc provider.Location, vm, inst
 	if err != nil {
 		return d, err
 	}
-	if pod.Name != provider.ResourceName(vm) || pod.Env[EnvVM] != vm || pod.Env[EnvInstallation] != p.installation {
+	if pod.Name != provider.ResourceName(vm) || pod.Env[EnvVM] != vm || pod.Env[EnvInstallation] != p.base.Installation {
 		d.Findings = append(d.Findings, provider.Finding{Severity: provider.Critical, Code: "identity-mismatch",
 			Message: fmt.Sprintf("pod %s does not carry the identity of VM %s in this installation", instanceID, vm)})
 		return d, nil
@@ -63,7 +63,7 @@ func (p *Provider) List(ctx context.Context, loc provider.Location) ([]provider.
 	out := []provider.Observed{}
 	for _, pod := range pods {
 		vm := pod.Env[EnvVM]
-		if vm == "" || pod.Name != provider.ResourceName(vm) || pod.Env[EnvInstallation] != p.installation {
+		if vm == "" || pod.Name != provider.ResourceName(vm) || pod.Env[EnvInstallation] != p.base.Installation {
 			continue
 		}
 		if loc.Region != "" && pod.DataCenterID != loc.Region {

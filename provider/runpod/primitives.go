@@ -69,10 +69,10 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 				}
 				detail, err := json.Marshal(offerDetail{GPUTypeID: g.ID, Count: count, Cloud: cloud, DataCenterID: dc.ID, Availability: dc.Availability})
 				if err != nil {
-					return nil, provider.Errorf(provider.Failed, p.name, "plan", "encode offer detail: %w", err)
+					return nil, provider.Errorf(provider.Failed, p.base.Name, "plan", "encode offer detail: %w", err)
 				}
 				o := provider.Offer{
-					Provider: p.name, Location: provider.Location{Region: dc.ID},
+					Provider: p.base.Name, Location: provider.Location{Region: dc.ID},
 					InstanceType: fmt.Sprintf("%s x%d %s", g.ID, count, strings.ToLower(cloud)),
 					GPU:          model.Name, GPUCount: count, GPUMemoryGB: cmp.Or(g.Memory, model.MemoryGB),
 					PricePerHour: price * float64(count), Detail: detail,
@@ -103,7 +103,7 @@ func rankOf(o provider.Offer) int {
 // key to install.
 func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
 	if len(spec.AuthorizedKeys) == 0 {
-		return nil, provider.Errorf(provider.InvalidRequest, p.name, "prepare", "the spec has no authorized key to install on the pod")
+		return nil, provider.Errorf(provider.InvalidRequest, p.base.Name, "prepare", "the spec has no authorized key to install on the pod")
 	}
 	return json.RawMessage(`{}`), nil
 }
@@ -116,7 +116,7 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, _ json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	var d offerDetail
 	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.GPUTypeID == "" || d.Count == 0 {
-		return "", provider.Errorf(provider.InvalidRequest, p.name, "create", "offer has no RunPod GPU type in its detail (%s)", offer.Detail)
+		return "", provider.Errorf(provider.InvalidRequest, p.base.Name, "create", "offer has no RunPod GPU type in its detail (%s)", offer.Detail)
 	}
 	obs, err := p.Observe(ctx, offer.Location, spec.VM)
 	if err != nil {
@@ -124,14 +124,14 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, _ json.Raw
 	}
 	for _, o := range obs {
 		if o.Status == provider.StatusPending || o.Status == provider.StatusRunning {
-			p.log.Info("runpod: adopted existing pod", "provider", p.name, "vm", spec.VM, "pod", o.ID)
+			p.base.Log.Info("runpod: adopted existing pod", "provider", p.base.Name, "vm", spec.VM, "pod", o.ID)
 			return o.ID, nil
 		}
 	}
 	in := wireCreate{
 		Name: provider.ResourceName(spec.VM), Image: cmp.Or(spec.Image, p.cfg.Image),
 		GPU: wireGPU{ID: d.GPUTypeID, Count: d.Count}, Cloud: d.Cloud, Ports: []string{"22/tcp"}, Disk: max(p.cfg.DiskGB, offer.DiskGB),
-		Env: map[string]string{EnvVM: spec.VM, EnvInstallation: p.installation, "PUBLIC_KEY": strings.Join(spec.AuthorizedKeys, "\n")},
+		Env: map[string]string{EnvVM: spec.VM, EnvInstallation: p.base.Installation, "PUBLIC_KEY": strings.Join(spec.AuthorizedKeys, "\n")},
 	}
 	if d.DataCenterID != "" {
 		in.DataCenterIDs = []string{d.DataCenterID}
@@ -141,9 +141,9 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, _ json.Raw
 		return "", err
 	}
 	if out.ID == "" {
-		return "", provider.Errorf(provider.Transient, p.name, "create", "create answer carries no pod id")
+		return "", provider.Errorf(provider.Transient, p.base.Name, "create", "create answer carries no pod id")
 	}
-	p.log.Info("runpod: created pod", "provider", p.name, "vm", spec.VM, "pod", out.ID, "gpu", d.GPUTypeID, "data_center", d.DataCenterID)
+	p.base.Log.Info("runpod: created pod", "provider", p.base.Name, "vm", spec.VM, "pod", out.ID, "gpu", d.GPUTypeID, "data_center", d.DataCenterID)
 	return out.ID, nil
 }
 
@@ -157,7 +157,7 @@ func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string
 	}
 	out := []provider.Observed{}
 	for _, pod := range pods {
-		if pod.Name != provider.ResourceName(vm) || pod.Env[EnvVM] != vm || pod.Env[EnvInstallation] != p.installation {
+		if pod.Name != provider.ResourceName(vm) || pod.Env[EnvVM] != vm || pod.Env[EnvInstallation] != p.base.Installation {
 			continue
 		}
 		if loc.Region != "" && pod.DataCenterID != "" && pod.DataCenterID != loc.Region {

@@ -16,11 +16,7 @@ import (
 
 func TestPlanReadsStockPerDataCenterAndCloud(t *testing.T) {
 	e := newEnv(t, runpod.Config{})
-	req := h100
-	offers, err := e.p.Plan(context.Background(), &req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	offers := e.offers(t)
 	var got []string
 	for _, o := range offers {
 		got = append(got, o.InstanceType+"@"+o.Location.Region)
@@ -138,7 +134,7 @@ func TestObserveWaitsForThePublicSSHPort(t *testing.T) {
 	if !slices.Contains(seen, "pending:PROVISIONING") || !slices.Contains(seen, "pending:RUNNING") || seen[len(seen)-1] != "running:RUNNING" {
 		t.Fatalf("statuses %v", seen)
 	}
-	other, _ := runpod.New(runpod.Config{APIKey: apiKey}, runpod.WithInstallation("other"), runpod.WithHTTP(base, &http.Client{Transport: e.rt}))
+	other, _ := runpod.New(runpod.Config{APIKey: apiKey}, runpod.WithInstallation("other"), runpod.WithHTTP(base, e.Client()))
 	if obs, _ := other.Observe(context.Background(), o.Location, "train"); len(obs) != 0 {
 		t.Fatalf("another installation sees %+v", obs)
 	}

@@ -3,9 +3,7 @@ package runpod_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 
@@ -59,21 +57,14 @@ func TestEveryPrimitiveAgainstTheVendorSchema(t *testing.T) {
 	if err := e.p.Cleanup(ctx, o.Location, "train"); err != nil {
 		t.Fatal(err)
 	}
-	wrong, _ := runpod.New(runpod.Config{APIKey: "wrong"}, runpod.WithHTTP(base, &http.Client{Transport: e.rt}))
+	wrong, _ := runpod.New(runpod.Config{APIKey: "wrong"}, runpod.WithHTTP(base, e.Client()))
 	req := h100
 	if _, err := wrong.Plan(ctx, &req); provider.KindOf(err) != provider.Credentials { // 401
 		t.Fatalf("wrong key: %v", err)
 	}
 
-	if left := e.doc.Unexercised(); len(left) > 0 {
-		t.Errorf("operations of testdata/openapi.json no primitive exercised: %v", left)
-	}
-	for _, want := range []string{"POST /v2/pods 400", "POST /v2/pods 201", "GET /v2/catalog/gpus 401",
-		"GET /v2/pods/{id} 404", "DELETE /v2/pods/{id} 204", "DELETE /v2/pods/{id} 404", "DELETE /v2/pods/{id} 409"} {
-		if !slices.Contains(e.doc.Seen(), want) {
-			t.Errorf("no %s answer was checked; seen %v", want, e.doc.Seen())
-		}
-	}
+	e.Exercised(t, "POST /v2/pods 400", "POST /v2/pods 201", "GET /v2/catalog/gpus 401",
+		"GET /v2/pods/{id} 404", "DELETE /v2/pods/{id} 204", "DELETE /v2/pods/{id} 404", "DELETE /v2/pods/{id} 409")
 }
 
 // TestTheSchemaCatchesAMockThatStrays derives wrong answers and requests
@@ -82,30 +73,19 @@ func TestTheSchemaCatchesAMockThatStrays(t *testing.T) {
 	e := newEnv(t, runpod.Config{})
 	_, id := e.launch(t, spec("train"))
 	e.api.Settle()
-	get, _ := http.NewRequest(http.MethodGet, base+"/pods/"+id, nil)
-	get.Header.Set("Authorization", "Bearer "+apiKey)
-	resp, err := e.mt.RoundTrip(get)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err := e.doc.CheckResponse(get, openapitest.JSONResponse(200, pod)); err != nil {
+	get := e.Request(t, http.MethodGet, base+"/pods/"+id, "")
+	pod := e.Answer(t, get)
+	if err := e.Doc.CheckResponse(get, openapitest.JSONResponse(200, pod)); err != nil {
 		t.Fatalf("the mock's own answer is rejected: %v", err)
 	}
-	create := func(body string) *http.Request {
-		r, _ := http.NewRequest(http.MethodPost, base+"/pods", strings.NewReader(body))
-		r.Header.Set("Authorization", "Bearer "+apiKey)
-		r.Header.Set("Content-Type", "application/json")
-		return r
-	}
-	if _, err := e.doc.CheckRequest(create(`{"name":"x","image":"runpod/base","gpu":{"id":"NVIDIA H100 80GB HBM3","count":1},"cloud":"SECURE"}`)); err != nil {
+	create := func(body string) *http.Request { return e.Request(t, http.MethodPost, base+"/pods", body) }
+	if _, err := e.Doc.CheckRequest(create(`{"name":"x","image":"runpod/base","gpu":{"id":"NVIDIA H100 80GB HBM3","count":1},"cloud":"SECURE"}`)); err != nil {
 		t.Fatalf("a valid create is rejected: %v", err)
 	}
 	problem := func(status int, body string) error {
 		r := openapitest.JSONResponse(status, []byte(body))
 		r.Header.Set("Content-Type", "application/problem+json")
-		return e.doc.CheckResponse(get, r)
+		return e.Doc.CheckResponse(get, r)
 	}
 	for _, tc := range []struct {
 		name string
@@ -113,32 +93,32 @@ func TestTheSchemaCatchesAMockThatStrays(t *testing.T) {
 		want string
 	}{
 		{"pod status renamed to desiredStatus (the v1 name)", func() error {
-			return e.doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
+			return e.Doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
 				o["desiredStatus"] = o["status"]
 				delete(o, "status")
 			})))
 		}, "status"},
 		{"pod status outside PodStatus", func() error {
-			return e.doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
+			return e.Doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
 				o["status"] = "READY"
 			})))
 		}, "status"},
 		{"public port as a string", func() error {
-			return e.doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
+			return e.Doc.CheckResponse(get, openapitest.JSONResponse(200, openapitest.Edit(t, pod, func(o map[string]any) {
 				o["runtime"].(map[string]any)["ports"].([]any)[0].(map[string]any)["public"] = "40022"
 			})))
 		}, "public"},
 		{"an error that is not a problem document", func() error { return problem(404, `{"error":"pod not found"}`) }, "detail"},
 		{"create with the cloud in lower case", func() error {
-			_, err := e.doc.CheckRequest(create(`{"name":"x","image":"runpod/base","gpu":{"id":"g"},"cloud":"secure"}`))
+			_, err := e.Doc.CheckRequest(create(`{"name":"x","image":"runpod/base","gpu":{"id":"g"},"cloud":"secure"}`))
 			return err
 		}, "cloud"},
 		{"create with a field CreatePodRequest does not have", func() error {
-			_, err := e.doc.CheckRequest(create(`{"name":"x","image":"runpod/base","gpu":{"id":"g"},"gpuTypeId":"g"}`))
+			_, err := e.Doc.CheckRequest(create(`{"name":"x","image":"runpod/base","gpu":{"id":"g"},"gpuTypeId":"g"}`))
 			return err
 		}, "gpuTypeId"},
 		{"create without an image or a template", func() error {
-			_, err := e.doc.CheckRequest(create(`{"name":"x","gpu":{"id":"g"}}`))
+			_, err := e.Doc.CheckRequest(create(`{"name":"x","gpu":{"id":"g"}}`))
 			return err
 		}, "image"},
 	} {

@@ -79,9 +79,7 @@ type wireCreate struct {
 
 // call sends one request and classifies its failure for op.
 func (p *Provider) call(ctx context.Context, op, method, path string, q url.Values, in, out any) error {
-	_, err := p.api.Do(ctx, rest.Request{Method: method, Path: path, Query: q, Body: in, Out: out})
-	p.log.Debug("runpod: request", "provider", p.name, "op", op, "method", method, "path", path, "status", rest.StatusOf(err), "ok", err == nil)
-	if err != nil {
+	if err := p.base.Do(ctx, op, rest.Request{Method: method, Path: path, Query: q, Body: in, Out: out}); err != nil {
 		return p.classify(op, err)
 	}
 	return nil

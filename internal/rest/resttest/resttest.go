@@ -1,8 +1,11 @@
 // Package resttest helps the tests of internal/rest and of the adapters
-// built on it prove that an API key never leaves through an error: it
+// built on it. It proves that an API key never leaves through an error: it
 // serves an HTTP API that echoes the request's credentials back in its
 // error answers, as some gateways and proxies do, and lists the forms a key
-// can be found in.
+// can be found in. And it is the harness an adapter's tests share (Env, in
+// env.go): the mock's transport behind the vendor's OpenAPI checks, a
+// logger that must never see the key, and Offer, Launch and Kind for the
+// steps every adapter test takes.
 //
 //	srv := resttest.Echo(t, func(status int, echoed string) []byte {
 //		return []byte(`{"error":{"code":"global/unknown","message":` + strconv.Quote(echoed) + `}}`)

@@ -17,16 +17,16 @@ package lambdamock
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/jarcoal/httpmock"
+
+	"github.com/org/gpuprov/internal/rest/restmock"
 )
 
 // Type is one instance type of the catalog.
@@ -64,20 +64,17 @@ type Fault struct {
 	Message      string
 	RetryAfter   string
 	Times        int
-	used         int
 }
 
 // API is the fake. Its fields may be changed between calls under Lock.
 type API struct {
 	mu        sync.Mutex
-	key       string
+	srv       restmock.Server // routing, the key check, faults, recorded calls
 	types     []Type
 	instances map[string]*Instance
 	gone      map[string]bool
 	keys      map[string]map[string]string // id → name, public_key
 	rulesets  map[string]map[string]any    // id → name, region, rules
-	calls     []Call
-	faults    []*Fault
 	seq       int
 	// BootLists is how many GET /instances an instance stays booting (default 1).
 	BootLists int
@@ -91,25 +88,28 @@ type API struct {
 
 // New returns a fake accepting key with the catalog types.
 func New(key string, types ...Type) *API {
-	return &API{key: key, types: types, instances: map[string]*Instance{}, gone: map[string]bool{},
+	a := &API{types: types, instances: map[string]*Instance{}, gone: map[string]bool{},
 		keys: map[string]map[string]string{}, rulesets: map[string]map[string]any{}, BootLists: 1}
+	a.srv = restmock.Server{Key: key, Mu: &a.mu,
+		Unauthorized: func() *http.Response {
+			return apiErr(401, "global/invalid-api-key", "API key was invalid, expired, or deleted.", "")
+		},
+		Route: func(r *http.Request, path string, body []byte) *http.Response {
+			return a.route(r.Method, path, r.URL.Query(), body)
+		}}
+	return a
 }
 
 // Fail scripts a fault.
-func (a *API) Fail(f Fault) { a.mu.Lock(); a.faults = append(a.faults, &f); a.mu.Unlock() }
+func (a *API) Fail(f Fault) {
+	a.srv.Fail(restmock.Fault{Method: f.Method, Path: f.Path, Times: f.Times,
+		Answer: func() *http.Response { return apiErr(f.Status, f.Code, f.Message, f.RetryAfter) }})
+}
 
 // Calls returns the calls received so far whose method and path match
 // (empty matches all).
 func (a *API) Calls(method, pathPrefix string) []Call {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []Call
-	for _, c := range a.calls {
-		if (method == "" || c.Method == method) && strings.HasPrefix(c.Path, pathPrefix) {
-			out = append(out, c)
-		}
-	}
-	return out
+	return restmock.CallsAs[Call](&a.srv, method, pathPrefix)
 }
 
 // Instances returns copies of the instances not yet terminated.
@@ -128,12 +128,7 @@ func (a *API) Instances() []Instance {
 func (a *API) SSHKeys() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var out []string
-	for _, k := range a.keys {
-		out = append(out, k["name"])
-	}
-	slices.Sort(out)
-	return out
+	return a.keyNames()
 }
 
 // Rulesets returns the names of the firewall rulesets.
@@ -175,43 +170,7 @@ func (a *API) Settle() {
 func ipOf(n int) string { return fmt.Sprintf("198.51.100.%d", 10+n%200) }
 
 // Register installs the fake's responders for base on mt.
-func (a *API) Register(mt *httpmock.MockTransport, base string) {
-	base = strings.TrimRight(base, "/")
-	mt.RegisterRegexpResponder(http.MethodGet, regexp.MustCompile("^"+regexp.QuoteMeta(base)+`/.*`), a.serve(base))
-	mt.RegisterRegexpResponder(http.MethodPost, regexp.MustCompile("^"+regexp.QuoteMeta(base)+`/.*`), a.serve(base))
-	mt.RegisterRegexpResponder(http.MethodDelete, regexp.MustCompile("^"+regexp.QuoteMeta(base)+`/.*`), a.serve(base))
-}
-
-func (a *API) serve(base string) httpmock.Responder {
-	return func(r *http.Request) (*http.Response, error) {
-		path := strings.TrimPrefix(r.URL.Path, mustPath(base))
-		var body []byte
-		if r.Body != nil {
-			body, _ = io.ReadAll(r.Body)
-		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		a.calls = append(a.calls, Call{Method: r.Method, Path: path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization"), Body: body})
-		if r.Header.Get("Authorization") != "Bearer "+a.key {
-			return apiErr(401, "global/invalid-api-key", "API key was invalid, expired, or deleted.", ""), nil
-		}
-		for _, f := range a.faults {
-			if f.Method == r.Method && strings.HasPrefix(path, f.Path) && (f.Times == 0 || f.used < f.Times) {
-				f.used++
-				return apiErr(f.Status, f.Code, f.Message, f.RetryAfter), nil
-			}
-		}
-		return a.route(r.Method, path, r.URL.Query(), body), nil
-	}
-}
-
-func mustPath(base string) string {
-	i := strings.Index(base, "://")
-	if j := strings.Index(base[i+3:], "/"); j >= 0 {
-		return base[i+3+j:]
-	}
-	return ""
-}
+func (a *API) Register(mt *httpmock.MockTransport, base string) { a.srv.Register(mt, base) }
 
 // suggestions are the suggestion defaults of the ApiError* schemas that
 // require one (OpenAPI 1.8.3).
@@ -558,6 +517,7 @@ func (a *API) keyNames() []string {
 	for _, k := range a.keys {
 		out = append(out, k["name"])
 	}
+	slices.Sort(out)
 	return out
 }
 

@@ -12,15 +12,15 @@ package primemock
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/jarcoal/httpmock"
+
+	"github.com/org/gpuprov/internal/rest/restmock"
 )
 
 // Item is one availability item (a configuration on the marketplace).
@@ -53,19 +53,16 @@ type Fault struct {
 	Body         string
 	RetryAfter   string
 	Times        int
-	used         int
 }
 
 // API is the fake.
 type API struct {
 	mu      sync.Mutex
-	key     string
+	srv     restmock.Server // routing, the key check, faults, recorded calls
 	items   []Item
 	pods    map[string]*Pod
 	history []map[string]any
 	keys    map[string]map[string]string
-	calls   []Call
-	faults  []*Fault
 	seq     int
 	// BootLists is how many GET /pods/ a pod stays provisioning, then
 	// installing (default 1 each).
@@ -77,23 +74,21 @@ type API struct {
 
 // New returns a fake accepting key with the availability items.
 func New(key string, items ...Item) *API {
-	return &API{key: key, items: items, pods: map[string]*Pod{}, keys: map[string]map[string]string{}, BootLists: 1}
+	a := &API{items: items, pods: map[string]*Pod{}, keys: map[string]map[string]string{}, BootLists: 1}
+	a.srv = restmock.Server{Key: key, Mu: &a.mu, Route: a.route,
+		Unauthorized: func() *http.Response { return raw(401, `{"detail":"Invalid API key"}`, "") }}
+	return a
 }
 
 // Fail scripts a fault.
-func (a *API) Fail(f Fault) { a.mu.Lock(); a.faults = append(a.faults, &f); a.mu.Unlock() }
+func (a *API) Fail(f Fault) {
+	a.srv.Fail(restmock.Fault{Method: f.Method, Path: f.Path, Times: f.Times,
+		Answer: func() *http.Response { return raw(f.Status, f.Body, f.RetryAfter) }})
+}
 
 // Calls returns the calls matching method and path prefix (empty: all).
 func (a *API) Calls(method, pathPrefix string) []Call {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []Call
-	for _, c := range a.calls {
-		if (method == "" || c.Method == method) && strings.HasPrefix(c.Path, pathPrefix) {
-			out = append(out, c)
-		}
-	}
-	return out
+	return restmock.CallsAs[Call](&a.srv, method, pathPrefix)
 }
 
 // Pods returns copies of the pods not yet terminated.
@@ -146,34 +141,7 @@ func (a *API) Settle() {
 }
 
 // Register installs the fake's responders for base on mt.
-func (a *API) Register(mt *httpmock.MockTransport, base string) {
-	base = strings.TrimRight(base, "/")
-	re := regexp.MustCompile("^" + regexp.QuoteMeta(base) + `/.*`)
-	prefix := base[strings.Index(base, "://")+3:]
-	prefix = prefix[strings.Index(prefix+"/", "/"):]
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
-		mt.RegisterRegexpResponder(m, re, func(r *http.Request) (*http.Response, error) {
-			var body []byte
-			if r.Body != nil {
-				body, _ = io.ReadAll(r.Body)
-			}
-			path := strings.TrimPrefix(r.URL.Path, prefix)
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			a.calls = append(a.calls, Call{Method: r.Method, Path: path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization"), Body: body})
-			if r.Header.Get("Authorization") != "Bearer "+a.key {
-				return raw(401, `{"detail":"Invalid API key"}`, ""), nil
-			}
-			for _, f := range a.faults {
-				if f.Method == r.Method && strings.HasPrefix(path, f.Path) && (f.Times == 0 || f.used < f.Times) {
-					f.used++
-					return raw(f.Status, f.Body, f.RetryAfter), nil
-				}
-			}
-			return a.route(r, path, body), nil
-		})
-	}
-}
+func (a *API) Register(mt *httpmock.MockTransport, base string) { a.srv.Register(mt, base) }
 
 // Images is the enum EnvironmentTypeEnum of pod.image in Prime's OpenAPI
 // document (compute API 0.1.0): the mock refuses any other image with 422.

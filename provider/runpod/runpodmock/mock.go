@@ -11,14 +11,14 @@ package runpodmock
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/jarcoal/httpmock"
+
+	"github.com/org/gpuprov/internal/rest/restmock"
 )
 
 // GPU is one GPU type of the catalog.
@@ -57,18 +57,15 @@ type Fault struct {
 	Detail       string
 	RetryAfter   string
 	Times        int
-	used         int
 }
 
 // API is the fake.
 type API struct {
-	mu     sync.Mutex
-	key    string
-	gpus   []GPU
-	pods   map[string]*Pod
-	calls  []Call
-	faults []*Fault
-	seq    int
+	mu   sync.Mutex
+	srv  restmock.Server // routing, the key check, faults, recorded calls
+	gpus []GPU
+	pods map[string]*Pod
+	seq  int
 	// BootLists is how many GET /pods a pod spends provisioning, then
 	// running without its SSH port (default 1 each).
 	BootLists int
@@ -76,23 +73,21 @@ type API struct {
 
 // New returns a fake accepting key with the catalog.
 func New(key string, gpus ...GPU) *API {
-	return &API{key: key, gpus: gpus, pods: map[string]*Pod{}, BootLists: 1}
+	a := &API{gpus: gpus, pods: map[string]*Pod{}, BootLists: 1}
+	a.srv = restmock.Server{Key: key, Mu: &a.mu, Route: a.route,
+		Unauthorized: func() *http.Response { return problem(401, "missing bearer token", "") }}
+	return a
 }
 
 // Fail scripts a fault.
-func (a *API) Fail(f Fault) { a.mu.Lock(); a.faults = append(a.faults, &f); a.mu.Unlock() }
+func (a *API) Fail(f Fault) {
+	a.srv.Fail(restmock.Fault{Method: f.Method, Path: f.Path, Times: f.Times,
+		Answer: func() *http.Response { return problem(f.Status, f.Detail, f.RetryAfter) }})
+}
 
 // Calls returns the calls matching method and path prefix (empty: all).
 func (a *API) Calls(method, pathPrefix string) []Call {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []Call
-	for _, c := range a.calls {
-		if (method == "" || c.Method == method) && strings.HasPrefix(c.Path, pathPrefix) {
-			out = append(out, c)
-		}
-	}
-	return out
+	return restmock.CallsAs[Call](&a.srv, method, pathPrefix)
 }
 
 // Pods returns copies of the pods not terminated.
@@ -143,34 +138,7 @@ func (a *API) Settle() {
 }
 
 // Register installs the fake's responders for base (the ".../v2" root) on mt.
-func (a *API) Register(mt *httpmock.MockTransport, base string) {
-	base = strings.TrimRight(base, "/")
-	re := regexp.MustCompile("^" + regexp.QuoteMeta(base) + `/.*`)
-	prefix := base[strings.Index(base, "://")+3:]
-	prefix = prefix[strings.Index(prefix+"/", "/"):]
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
-		mt.RegisterRegexpResponder(m, re, func(r *http.Request) (*http.Response, error) {
-			var body []byte
-			if r.Body != nil {
-				body, _ = io.ReadAll(r.Body)
-			}
-			path := strings.TrimPrefix(r.URL.Path, prefix)
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			a.calls = append(a.calls, Call{Method: r.Method, Path: path, Query: r.URL.RawQuery, Auth: r.Header.Get("Authorization"), Body: body})
-			if r.Header.Get("Authorization") != "Bearer "+a.key {
-				return problem(401, "missing bearer token", ""), nil
-			}
-			for _, f := range a.faults {
-				if f.Method == r.Method && strings.HasPrefix(path, f.Path) && (f.Times == 0 || f.used < f.Times) {
-					f.used++
-					return problem(f.Status, f.Detail, f.RetryAfter), nil
-				}
-			}
-			return a.route(r, path, body), nil
-		})
-	}
-}
+func (a *API) Register(mt *httpmock.MockTransport, base string) { a.srv.Register(mt, base) }
 
 // CapacityDetail is the detail RunPod answers a create it cannot place with.
 const CapacityDetail = "There are no longer any instances available with the requested specifications. Please refresh and try again."
