@@ -36,6 +36,7 @@ type listed struct {
 
 // module is what `go list` says of the module's packages.
 type module struct {
+	path   string            // the module's path
 	pkgs   []listed          // the module's own packages
 	export map[string]string // export data file of every package they need, by import path
 }
@@ -57,7 +58,7 @@ var goList = sync.OnceValues(func() (module, error) {
 	if out, err = goCmd(mod[1], "list", "-export", "-deps", "-json", "./..."); err != nil {
 		return module{}, err
 	}
-	m := module{export: map[string]string{}}
+	m := module{path: mod[0], export: map[string]string{}}
 	dec := json.NewDecoder(strings.NewReader(out))
 	for {
 		var p listed
@@ -100,6 +101,11 @@ func isInternal(path string) bool {
 	return strings.Contains("/"+path+"/", "/internal/")
 }
 
+// inModule reports whether path is a package of module mod.
+func inModule(path, mod string) bool {
+	return path == mod || strings.HasPrefix(path, mod+"/")
+}
+
 // public reports whether outside code can import p.
 func public(p listed) bool { return !isInternal(p.ImportPath) && p.Name != "main" }
 
@@ -133,7 +139,7 @@ func TestExportedAPINamesNoInternalType(t *testing.T) {
 			t.Fatalf("loading %s: %v", p.ImportPath, err)
 		}
 		checked++
-		for _, f := range surface(pkg) {
+		for _, f := range surface(pkg, m.path) {
 			t.Errorf("%s: %s", fset.Position(f.pos), f.msg)
 		}
 	}
@@ -149,8 +155,8 @@ type finding struct {
 // mentions an internal type. Unexported types of pkg that its exported
 // identifiers return or take are followed too: their exported fields and
 // methods are reachable from outside.
-func surface(pkg *types.Package) []finding {
-	s := &walker{pkg: pkg, seenNamed: map[*types.TypeName]bool{}}
+func surface(pkg *types.Package, module string) []finding {
+	s := &walker{pkg: pkg, module: module, seenNamed: map[*types.TypeName]bool{}}
 	scope := pkg.Scope()
 	for _, name := range scope.Names() {
 		obj := scope.Lookup(name)
@@ -178,6 +184,7 @@ func surface(pkg *types.Package) []finding {
 
 type walker struct {
 	pkg       *types.Package
+	module    string // the path of the module pkg is in
 	seenNamed map[*types.TypeName]bool // unexported types of pkg already queued
 	queue     []*types.TypeName
 	found     []finding
@@ -258,8 +265,18 @@ func (w *walker) walk(t types.Type, seen map[types.Type]bool, bad *[]string) {
 	seen[t] = true
 	switch t := t.(type) {
 	case *types.Alias:
-		if obj := t.Obj(); obj.Pkg() != nil && isInternal(obj.Pkg().Path()) {
+		obj := t.Obj()
+		if obj.Pkg() != nil && isInternal(obj.Pkg().Path()) {
 			*bad = append(*bad, obj.Pkg().Path()+"."+obj.Name())
+		}
+		if target, ok := types.Unalias(t).(*types.Named); ok && obj.Pkg() != nil && !isInternal(obj.Pkg().Path()) &&
+			target.Obj().Pkg() != nil && !inModule(target.Obj().Pkg().Path(), w.module) {
+			// Another module's public alias of its own internal type
+			// (azcore.TokenCredential): outside code spells the alias.
+			for a := range t.TypeArgs().Types() {
+				w.walk(a, seen, bad)
+			}
+			return
 		}
 		w.walk(types.Unalias(t), seen, bad)
 	case *types.Named:

@@ -27,11 +27,20 @@ func TestSurfaceFindsEveryWayToMentionAnInternalType(t *testing.T) {
 			func (Public) M() {}
 			func (Public) private(x.T) {}      // unexported method: fine
 			func Clean(Public) error { return nil }`,
+		// Another module's public alias of its own internal type, as
+		// azcore.TokenCredential is: outside code spells the alias.
+		"example.com/other/internal/exported": `package exported
+			type Cred interface{ Token() string }`,
+		"example.com/other/sdk": `package sdk
+			import "example.com/other/internal/exported"
+			type Cred = exported.Cred`,
 		"example.com/m/p": `package p
 			import (
 				"example.com/m/internal/x"
 				"example.com/m/pub"
+				"example.com/other/sdk"
 			)
+			func WithCred(sdk.Cred) {}                   // fine: the other module's alias
 			type Field struct {
 				Err   *x.T       // want
 				Fine  pub.Public
@@ -85,7 +94,7 @@ func TestSurfaceFindsEveryWayToMentionAnInternalType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := surface(pub); len(got) != 0 {
+	if got := surface(pub, "example.com/m"); len(got) != 0 {
 		t.Errorf("pub: unexpected findings %v", got)
 	}
 
@@ -94,7 +103,7 @@ func TestSurfaceFindsEveryWayToMentionAnInternalType(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, f := range surface(p) {
+	for _, f := range surface(p, "example.com/m") {
 		got = append(got, strings.Fields(f.msg)[0])
 	}
 	slices.Sort(got)
