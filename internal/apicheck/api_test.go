@@ -184,7 +184,7 @@ func surface(pkg *types.Package, module string) []finding {
 
 type walker struct {
 	pkg       *types.Package
-	module    string // the path of the module pkg is in
+	module    string                   // the path of the module pkg is in
 	seenNamed map[*types.TypeName]bool // unexported types of pkg already queued
 	queue     []*types.TypeName
 	found     []finding
