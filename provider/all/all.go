@@ -14,4 +14,5 @@ import (
 	_ "github.com/org/gpuprov/provider/primeintellect" // registers "primeintellect"
 	_ "github.com/org/gpuprov/provider/runpod"         // registers "runpod"
 	_ "github.com/org/gpuprov/provider/sim"            // registers "sim"
+	_ "github.com/org/gpuprov/provider/vastai"         // registers "vastai"
 )
