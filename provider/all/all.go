@@ -10,6 +10,7 @@ package all
 import (
 	_ "github.com/org/gpuprov/provider/aws"            // registers "aws"
 	_ "github.com/org/gpuprov/provider/gcp"            // registers "gcp"
+	_ "github.com/org/gpuprov/provider/kubernetes"     // registers "kubernetes"
 	_ "github.com/org/gpuprov/provider/lambda"         // registers "lambda"
 	_ "github.com/org/gpuprov/provider/primeintellect" // registers "primeintellect"
 	_ "github.com/org/gpuprov/provider/runpod"         // registers "runpod"

@@ -1,0 +1,58 @@
+// Package kubernetes is the adapter for a "cloud" that is an existing
+// Kubernetes cluster: an instance is a pod that requests nvidia.com/gpu and
+// runs an SSH server with the host key gpuprov injected, reached through a
+// Service. It is built on k8s.io/client-go and registers itself under the id
+// "kubernetes":
+//
+//	import _ "github.com/org/gpuprov/provider/kubernetes"
+//
+//	p, err := provider.Build("kubernetes", provider.Settings{Installation: inst,
+//		Config: kubernetes.Config{Context: "gpu-cluster", Namespace: "gpuprov", GPUPricePerHour: 1.2}})
+//
+// or, with Decode: provider.DecodeTOML(body), from the body of a config
+// section such as
+//
+//	[kubernetes]
+//	kubeconfig         = "~/.kube/config"   # default: $KUBECONFIG, ~/.kube/config, in a pod its service account
+//	context            = "gpu-cluster"      # default: the current context
+//	namespace          = "gpuprov"          # default: the context's namespace
+//	service_type       = "NodePort"         # or LoadBalancer, ClusterIP
+//	gpu_price_per_hour = 1.2                # internal price: a cluster has no price list
+//	unschedulable_window = "2m"             # Insufficient nvidia.com/gpu this long → Capacity
+//
+// Tests build it with New and WithClientset (client-go's fake clientset), so
+// that no kubeconfig is read. One provider is one cluster: its Region is the
+// cluster's name (Config.Regions, default the context's name), its zones the
+// nodes' topology.kubernetes.io/zone.
+//
+// Primitives and the API calls they make:
+//
+//	Plan      nodes.list (cluster-wide) + pods.list (all namespaces, not
+//	          terminated; the namespace's only without that right): per zone and
+//	          GPU product (nvidia.com/gpu.product, else
+//	          cloud.google.com/gke-accelerator), the allocatable nvidia.com/gpu
+//	          of schedulable nodes minus what their pods request
+//	Prepare   secrets.create gpuprov-<vm> (authorized_keys, the host key) and
+//	          services.create gpuprov-<vm> (selector: both identity labels, port
+//	          22); alreadyExists → get, adopt if ours (secrets.update)
+//	Create    secrets.get+update (the attempt's host key) + pods.create
+//	          gpuprov-<vm>-<attempt>; alreadyExists → pods.get, adopt if ours;
+//	          then pods.get until the scheduler decides, bounded by
+//	          unschedulable_window: "Insufficient nvidia.com/gpu" for the
+//	          whole window is Capacity
+//	Observe   pods.list (label selector gpuprov=<vm>,gpuprov-installation=<id>)
+//	          + services.list (installation) + nodes.get per node (NodePort)
+//	List      the same with selector gpuprov-installation=<id>,gpuprov
+//	Delete    per id: pods.get (ours?) + pods.delete with a UID precondition;
+//	          404 is success; not waited for
+//	Cleanup   services.get+delete and secrets.get+delete gpuprov-<vm> if ours;
+//	          404 is success
+//	Diagnose  pods.get + the Observe calls: conditions and container states
+//
+// Every call is one attempt: client-go's own resending on a Retry-After
+// answer is defeated (noRetryAfter in kubeconfig.go), so the core is the
+// only retry layer, and errors.go maps every StatusReason to a
+// provider.ErrorKind. The Secret holds
+// the injected host key's private half: it is sent to the API server and
+// never logged or journaled (Prepare's journaled result names objects only).
+package kubernetes
