@@ -15,9 +15,12 @@ package redact
 
 import (
 	"encoding/base64"
+	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Mask is what stands in an error text where a secret stood.
@@ -112,3 +115,43 @@ func (s *Secrets) Error(err error) error {
 type masked struct{ text string }
 
 func (m *masked) Error() string { return m.text }
+
+// Tokens remembers the credentials of the last few Authorization headers a
+// client sent (an access token lives about an hour), so that an answer
+// echoing one can be masked. The zero value is ready; it is safe for
+// concurrent use.
+type Tokens struct {
+	mu   sync.Mutex
+	seen []string // newest last
+}
+
+// keepTokens is how many distinct tokens Tokens remembers.
+const keepTokens = 8
+
+// Note remembers the credential of h's Authorization header, the part
+// after the scheme ("Bearer …"), if it has one.
+func (t *Tokens) Note(h http.Header) {
+	a := h.Get("Authorization")
+	if a == "" {
+		return
+	}
+	if i := strings.IndexByte(a, ' '); i > 0 {
+		a = strings.TrimSpace(a[i+1:])
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if slices.Contains(t.seen, a) {
+		return
+	}
+	t.seen = append(t.seen, a)
+	if len(t.seen) > keepTokens {
+		t.seen = t.seen[len(t.seen)-keepTokens:]
+	}
+}
+
+// Values returns the credentials remembered, oldest first.
+func (t *Tokens) Values() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.seen)
+}

@@ -4,7 +4,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -51,5 +53,21 @@ func TestErrorMasksAndEndsTheChain(t *testing.T) {
 	var nilSet *Secrets
 	if got := nilSet.Error(vendor); got != vendor {
 		t.Fatal("a nil set changed an error")
+	}
+}
+
+// Tokens keeps the credential of each Authorization header once, the last
+// few only, whatever the scheme.
+func TestTokensRemembersTheLastFew(t *testing.T) {
+	var tk Tokens
+	tk.Note(http.Header{})
+	for i := range keepTokens + 2 {
+		tk.Note(http.Header{"Authorization": {fmt.Sprintf("Bearer tok-%d", i)}})
+		tk.Note(http.Header{"Authorization": {fmt.Sprintf("Bearer tok-%d", i)}})
+	}
+	tk.Note(http.Header{"Authorization": {"raw-token"}})
+	got := tk.Values()
+	if len(got) != keepTokens || got[len(got)-1] != "raw-token" || got[len(got)-2] != fmt.Sprintf("tok-%d", keepTokens+1) || slices.Contains(got, "tok-0") {
+		t.Fatalf("remembered %q", got)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 
 	"cloud.google.com/go/auth"
 	"cloud.google.com/go/auth/credentials"
@@ -125,47 +124,16 @@ func (p *Provider) authClient(creds *auth.Credentials, base http.RoundTripper) (
 }
 
 // tokenRecorder is the bottom transport of the adapter's authenticated
-// client: it remembers the credentials of the last few Authorization
-// headers sent (an access token lives about an hour), so that an answer
-// echoing one can be masked.
+// client: it notes the credential of every Authorization header sent, so
+// that an answer echoing one can be masked.
 type tokenRecorder struct {
 	base http.RoundTripper
-	mu   sync.Mutex
-	seen []string // newest last
+	redact.Tokens
 }
-
-// keepTokens is how many distinct tokens the recorder remembers.
-const keepTokens = 8
 
 func (r *tokenRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	if h := req.Header.Get("Authorization"); h != "" {
-		tok := h
-		if i := strings.IndexByte(h, ' '); i > 0 {
-			tok = strings.TrimSpace(h[i+1:])
-		}
-		r.remember(tok)
-	}
+	r.Note(req.Header)
 	return r.base.RoundTrip(req)
-}
-
-func (r *tokenRecorder) remember(tok string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, s := range r.seen {
-		if s == tok {
-			return
-		}
-	}
-	r.seen = append(r.seen, tok)
-	if len(r.seen) > keepTokens {
-		r.seen = r.seen[len(r.seen)-keepTokens:]
-	}
-}
-
-func (r *tokenRecorder) tokens() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.seen...)
 }
 
 // secrets is every credential value this adapter holds or has sent: the
@@ -174,7 +142,7 @@ func (p *Provider) secrets() *redact.Secrets {
 	if p == nil {
 		return nil
 	}
-	return redact.New(append(append([]string(nil), p.fileSecrets...), p.tokens.tokens()...)...)
+	return redact.New(append(append([]string(nil), p.fileSecrets...), p.tokens.Values()...)...)
 }
 
 // seal is the one place an error leaves the adapter through: every
