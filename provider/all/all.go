@@ -9,6 +9,7 @@ package all
 
 import (
 	_ "github.com/org/gpuprov/provider/aws"            // registers "aws"
+	_ "github.com/org/gpuprov/provider/azure"          // registers "azure"
 	_ "github.com/org/gpuprov/provider/gcp"            // registers "gcp"
 	_ "github.com/org/gpuprov/provider/kubernetes"     // registers "kubernetes"
 	_ "github.com/org/gpuprov/provider/lambda"         // registers "lambda"

@@ -1,0 +1,215 @@
+package azure
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v6"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/org/gpuprov/provider"
+)
+
+// maxCustomData is the largest custom data the Compute API takes, decoded
+// (the OSProfile.customData description: 65535 bytes).
+const maxCustomData = 65535
+
+// Create sends one PUT of the VM gpuprov-<vm>-<attempt> in the resource
+// group Prepare used, with If-None-Match: * so that a replay of the same
+// attempt cannot change a VM that exists: the replay is answered 412 (or,
+// where the header is not honoured, 409 PropertyChangeNotAllowed for the
+// new custom data) and adopts the VM if its tags carry this VM's identity.
+// The VM is tagged with the identity and the request's labels, takes the
+// NIC Prepare made, boots the image with an OS disk that is deleted with
+// it, and carries the cloud-init custom data (the injected host key and the
+// authorized keys; the keys also go in linuxConfiguration.ssh). Spot offers
+// are priority Spot, eviction policy Delete, max price -1.
+//
+// It then waits on the PUT's operation, bounded by OperationTimeout
+// (default 3 minutes): allocation failures (AllocationFailed,
+// ZonalAllocationFailed, OverconstrainedAllocationRequest, ...) are
+// decided when the VM is placed and reported by the operation, not by the
+// PUT. A failed operation is classified (the VM object is left in state
+// Failed; the core's teardown finds it by its tags and deletes it). When
+// the bound runs out, or a poll fails, with the operation still running,
+// Create returns the id: the operation's outcome shows in Observe
+// (provisioningState Failed is StatusFailed) and its code in Diagnose. It
+// returns the VM's resource id.
+func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
+	var d offerDetail
+	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.Size == "" {
+		return "", p.errorf(provider.InvalidRequest, "create", "offer has no VM size in its detail (%s)", offer.Detail)
+	}
+	var pr prepared
+	if err := json.Unmarshal(prep, &pr); err != nil || pr.ResourceGroup == "" || pr.NIC == "" {
+		return "", p.errorf(provider.InvalidRequest, "create", "prepared data lacks resource group or NIC (%s)", prep)
+	}
+	if spec.Attempt < 1 {
+		return "", p.errorf(provider.InvalidRequest, "create", "attempt %d: attempts count from 1", spec.Attempt)
+	}
+	vm, err := p.machine(offer, d, pr, spec)
+	if err != nil {
+		return "", err
+	}
+	name := vmName(spec.VM, spec.Attempt)
+	id := p.vmID(pr.ResourceGroup, name)
+	cctx, cancel := p.call(ctx)
+	poller, err := p.vms.BeginCreateOrUpdate(cctx, pr.ResourceGroup, name, vm,
+		&armcompute.VirtualMachinesClientBeginCreateOrUpdateOptions{IfNoneMatch: to("*")})
+	cancel()
+	if err != nil {
+		if isStatus(err, http.StatusPreconditionFailed) || IsCode(err, "PropertyChangeNotAllowed") {
+			return p.adopt(ctx, pr.ResourceGroup, name, spec)
+		}
+		return "", p.classify("create", err)
+	}
+	_, done, werr := wait(ctx, p, poller)
+	switch {
+	case done && werr != nil:
+		return "", p.classify("create", werr)
+	case werr != nil && ctx.Err() != nil:
+		// The caller gave up; the PUT was accepted and the VM may land. The
+		// core observes by tag before anything else.
+		return "", p.errorf(provider.Transient, "create", "waiting for VM %s: %w", name, werr)
+	case werr != nil:
+		p.log.Warn("azure: VM accepted, outcome not yet known", "provider", p.name, "vm", spec.VM,
+			"region", offer.Location.Region, "instance", name, "err", p.maskErr(werr))
+	case !done:
+		p.log.Info("azure: VM still provisioning after the bounded wait", "provider", p.name, "vm", spec.VM,
+			"region", offer.Location.Region, "instance", name, "waited", p.cfg.OperationTimeout)
+	default:
+		p.log.Info("azure: created", "provider", p.name, "vm", spec.VM, "region", offer.Location.Region,
+			"instance", name, "size", d.Size, "spot", offer.Spot)
+	}
+	return id, nil
+}
+
+// machine builds the PUT body. The custom data holds a private host key:
+// it goes to the API and nowhere else.
+func (p *Provider) machine(offer *provider.Offer, d offerDetail, pr prepared, spec *provider.InstanceSpec) (armcompute.VirtualMachine, error) {
+	user := p.cfg.AdminUser
+	if u := spec.SSHUser; u != "" && userRE.MatchString(u) && !slices.Contains(disallowedUsers, u) {
+		user = u
+	}
+	// The API takes only ssh-rsa keys of 2048 bits or more in
+	// linuxConfiguration.ssh (the SSHPublicKey.keyData description) and
+	// needs at least one when password login is off: the RSA keys among
+	// the authorized keys go there, every key goes in the cloud-init
+	// custom data, and with no RSA key a placeholder one whose private half
+	// nobody holds satisfies the API.
+	var keys []*armcompute.SSHPublicKey
+	for _, k := range spec.AuthorizedKeys {
+		if k = strings.TrimSpace(k); strings.HasPrefix(k, "ssh-rsa ") {
+			keys = append(keys, &armcompute.SSHPublicKey{Path: to("/home/" + user + "/.ssh/authorized_keys"), KeyData: to(k)})
+		}
+	}
+	if len(keys) == 0 {
+		k, err := p.placeholderKey()
+		if err != nil {
+			return armcompute.VirtualMachine{}, p.errorf(provider.Failed, "create", "placeholder SSH key: %w", err)
+		}
+		keys = append(keys, &armcompute.SSHPublicKey{Path: to("/home/" + user + "/.ssh/authorized_keys"), KeyData: to(k)})
+	}
+	cloudInit := provider.CloudInit(spec)
+	if len(cloudInit) > maxCustomData {
+		return armcompute.VirtualMachine{}, p.errorf(provider.InvalidRequest, "create", "custom data is %d bytes, more than Azure's %d", len(cloudInit), maxCustomData)
+	}
+	name := vmName(spec.VM, spec.Attempt)
+	img := &armcompute.ImageReference{}
+	if pr.Image.ID != "" {
+		img.ID = to(pr.Image.ID)
+	} else {
+		img.Publisher, img.Offer, img.SKU, img.Version = to(pr.Image.Publisher), to(pr.Image.Offer), to(pr.Image.SKU), to(pr.Image.Version)
+	}
+	vm := armcompute.VirtualMachine{
+		Location: to(offer.Location.Region),
+		Tags:     tags(spec.Labels()),
+		Properties: &armcompute.VirtualMachineProperties{
+			HardwareProfile: &armcompute.HardwareProfile{VMSize: to(armcompute.VirtualMachineSizeTypes(d.Size))},
+			StorageProfile: &armcompute.StorageProfile{
+				ImageReference: img,
+				OSDisk: &armcompute.OSDisk{
+					Name: to(name + "-osdisk"), CreateOption: to(armcompute.DiskCreateOptionTypesFromImage),
+					DeleteOption: to(armcompute.DiskDeleteOptionTypesDelete), Caching: to(armcompute.CachingTypesReadWrite),
+					DiskSizeGB:  to(int32(max(p.cfg.DiskSizeGB, offer.DiskGB))),
+					ManagedDisk: &armcompute.ManagedDiskParameters{StorageAccountType: to(armcompute.StorageAccountTypesPremiumLRS)},
+				},
+			},
+			OSProfile: &armcompute.OSProfile{
+				ComputerName: to(name), AdminUsername: to(user),
+				CustomData: to(base64.StdEncoding.EncodeToString([]byte(cloudInit))),
+				LinuxConfiguration: &armcompute.LinuxConfiguration{
+					DisablePasswordAuthentication: to(true), ProvisionVMAgent: to(true),
+					SSH: &armcompute.SSHConfiguration{PublicKeys: keys},
+				},
+			},
+			NetworkProfile: &armcompute.NetworkProfile{NetworkInterfaces: []*armcompute.NetworkInterfaceReference{{
+				ID: to(pr.NIC),
+				Properties: &armcompute.NetworkInterfaceReferenceProperties{
+					Primary: to(true), DeleteOption: to(armcompute.DeleteOptionsDetach),
+				},
+			}}},
+			Priority: to(armcompute.VirtualMachinePriorityTypesRegular),
+		},
+	}
+	if z := zoneOf(offer.Location); z != "" {
+		vm.Zones = []*string{to(z)}
+	}
+	if offer.Spot {
+		vm.Properties.Priority = to(armcompute.VirtualMachinePriorityTypesSpot)
+		vm.Properties.EvictionPolicy = to(armcompute.VirtualMachineEvictionPolicyTypesDelete)
+		vm.Properties.BillingProfile = &armcompute.BillingProfile{MaxPrice: to(-1.0)}
+	}
+	return vm, nil
+}
+
+// placeholder is an ssh-rsa public key whose private half was dropped
+// when it was made, once per process (2048 bits: the API's minimum).
+var placeholder struct {
+	once sync.Once
+	key  string
+	err  error
+}
+
+func (p *Provider) placeholderKey() (string, error) {
+	placeholder.once.Do(func() {
+		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			placeholder.err = err
+			return
+		}
+		pub, err := ssh.NewPublicKey(&key.PublicKey)
+		if err != nil {
+			placeholder.err = err
+			return
+		}
+		placeholder.key = strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub))) + " gpuprov-placeholder"
+	})
+	return placeholder.key, placeholder.err
+}
+
+// adopt returns the id of the VM name in rg if it carries this VM's
+// identity. One that does not (another installation's VM of the same name
+// in a shared resource group) is Unavailable: this location cannot take
+// the VM, nothing was created.
+func (p *Provider) adopt(ctx context.Context, rg, name string, spec *provider.InstanceSpec) (string, error) {
+	cctx, cancel := p.call(ctx)
+	got, err := p.vms.Get(cctx, rg, name, nil)
+	cancel()
+	if err != nil {
+		return "", p.classify("create", err)
+	}
+	if !p.ours(got.Tags, spec.VM) {
+		return "", p.errorf(provider.Unavailable, "create",
+			"VM %s in %s exists and does not carry the identity of VM %s in installation %s", name, rg, spec.VM, p.installation)
+	}
+	p.log.Info("azure: adopted existing VM", "provider", p.name, "vm", spec.VM, "instance", name)
+	return p.vmID(rg, name), nil
+}

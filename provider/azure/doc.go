@@ -1,0 +1,60 @@
+// Package azure is the adapter for Azure GPU virtual machines, built on the
+// official SDK (armcompute/v6, armnetwork/v7, azcore, azidentity). It
+// registers itself under the id "azure":
+//
+//	import _ "github.com/org/gpuprov/provider/azure"
+//
+//	p, err := provider.Build("azure", provider.Settings{Installation: inst,
+//		Config: azure.Config{SubscriptionID: "0b1f6471-...", Regions: []string{"eastus"}}})
+//
+// or, with Decode: provider.DecodeTOML(body), from the body of a config
+// section such as
+//
+//	[azure]
+//	subscription_id = "0b1f6471-1bf0-4dda-aec3-111122223333"   # required
+//	regions         = ["eastus", "westus3"]    # default: every region of the catalog
+//	zones           = ["1", "2"]               # default: regional placement
+//	resource_group  = ""                       # default: gpuprov-<installation>-<region>, made by Prepare
+//	image           = "microsoft-dsvm:ubuntu-hpc:2204:latest"
+//	admin_user      = "azureuser"
+//	spot            = true                     # offer Spot VMs to requests that accept spot
+//
+// The config holds no credential: calls authenticate with azidentity's
+// DefaultAzureCredential (environment, workload identity, managed
+// identity, Azure CLI), built at the first call. Tests build the provider
+// with New and WithEndpoint, which points every client at a mock through an
+// *http.Client and looks no credential up. Every error a primitive returns
+// is masked of the tokens the adapter sent (and of the environment's
+// client secret or passwords) after it was classified.
+//
+// Primitives and the ARM calls they make:
+//
+//	Plan      the embedded catalog (catalog.json: sizes, GPUs, pay-as-you-go and
+//	          Spot prices per region); no call
+//	Prepare   PUT resourcegroups/gpuprov-<installation>-<region> (default resource
+//	          group; once per process), GET+PUT virtualNetworks/gpuprov-<region>
+//	          (once), PUT networkSecurityGroups/gpuprov-<vm>-nsg (SSH + open ports),
+//	          PUT publicIPAddresses/gpuprov-<vm>-ip (Standard, static),
+//	          PUT networkInterfaces/gpuprov-<vm>-nic; each PUT's operation polled,
+//	          bounded
+//	Create    PUT virtualMachines/gpuprov-<vm>-<attempt> (If-None-Match: *, tags,
+//	          custom data, Spot settings) + its Azure-AsyncOperation polled until it
+//	          ends or operation_timeout passes; 412 or PropertyChangeNotAllowed →
+//	          GET and adopt if the tags are ours
+//	Observe   GET virtualMachines (the region's resource group, all pages), filter
+//	          on both identity tags; GET instanceView per VM; GET the NIC and the
+//	          public IP of a running VM
+//	List      the same in every configured region, filter on the installation tag
+//	Delete    DELETE virtualMachines/<name> per id (not waited for); 404/204 is success
+//	Cleanup   DELETE the NIC (waited for, bounded), then the public IP and the
+//	          security group; gone is success, still in use is Transient
+//	Diagnose  GET virtualMachines/<name>?$expand=instanceView; for a VM that is
+//	          gone, GET its NIC (the gpuprov-spot tag attributes an eviction)
+//
+// Every call is one attempt: the pipelines' retry policy is off
+// (MaxRetries -1) and so is automatic resource provider registration; the
+// core is the only retry layer. Operation waits sleep on the injected
+// clock. errors.go maps every documented code to a provider.ErrorKind.
+// The custom data holds the injected host key: it is sent to the API and
+// never logged or journaled.
+package azure

@@ -1,0 +1,21 @@
+package azure
+
+import (
+	"fmt"
+
+	"github.com/org/gpuprov/provider"
+)
+
+func init() {
+	provider.Register(ID, factory)
+}
+
+// factory builds the provider from its Config: s.Config, or the section
+// s.Decode reads. New validates it.
+func factory(s provider.Settings) (provider.CloudProvider, error) {
+	var cfg Config
+	if err := s.DecodeInto(&cfg); err != nil {
+		return nil, fmt.Errorf("azure: config: %w", err)
+	}
+	return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
+}
