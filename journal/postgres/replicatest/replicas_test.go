@@ -117,8 +117,9 @@ func (w *world) replicaWith(owner string, wrapJ func(journal.Journal) journal.Jo
 // VMs it resumed.
 func recoverLoop(ctx context.Context, r *replica, period time.Duration, resumed map[string]error, mu *sync.Mutex) {
 	for ctx.Err() == nil {
-		rep, err := r.p.Recover(ctx)
-		if err == nil {
+		// The report counts whatever the error: the last Recover may have
+		// resumed VMs before the loop's cancellation cut its reaping short.
+		if rep, _ := r.p.Recover(ctx); rep != nil {
 			mu.Lock()
 			for vm, err := range rep.Resumed {
 				resumed[vm] = err
