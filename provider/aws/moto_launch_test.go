@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/internal/mototest"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
@@ -45,12 +46,12 @@ func newMotoProvisioner(t *testing.T, url string, cfg aws.Config, opts ...aws.Op
 	}
 	t.Cleanup(func() { db.Close() })
 	opts = append(opts, aws.WithInstallation(db.Installation()),
-		aws.WithEndpoint(aws.Endpoint{URL: url, Client: motoClient, AccessKeyID: motoKeyID, SecretAccessKey: motoSecret}))
+		aws.WithEndpoint(aws.Endpoint{URL: url, Client: mototest.Client, AccessKeyID: mototest.KeyID, SecretAccessKey: mototest.Secret}))
 	p, err := aws.New(motoTimings(cfg), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	prov, err := gpuprov.New(db, gpuprov.WithProvider(motoProvider{Provider: p, raw: motoEC2(url)}),
+	prov, err := gpuprov.New(db, gpuprov.WithProvider(motoProvider{Provider: p, raw: mototest.EC2(url)}),
 		gpuprov.WithBackoff(10*time.Millisecond, 200*time.Millisecond, 1),
 		gpuprov.WithSSH("ubuntu", newSpec(t, "k").AuthorizedKeys, true),
 		gpuprov.WithEvents(func(ev gpuprov.Event) {
@@ -80,7 +81,7 @@ func (v motoView) empty() bool {
 func viewMoto(t *testing.T, url, region, inst, vm string) motoView {
 	t.Helper()
 	ctx := context.Background()
-	raw := motoEC2(url)
+	raw := mototest.EC2(url)
 	opt := func(o *ec2.Options) { o.Region = region }
 	name := provider.ResourceName(vm)
 	var v motoView
@@ -120,8 +121,8 @@ func viewMoto(t *testing.T, url, region, inst, vm string) motoView {
 // security group and with the key pair Prepare made; Delete leaves moto
 // holding nothing of the VM.
 func TestMotoProvisionerLaunchAndDelete(t *testing.T) {
-	url := motoURL(t)
-	prov, db := newMotoProvisioner(t, url, aws.Config{Regions: []string{"us-east-1"}, Image: motoAMI})
+	url := mototest.URL(t)
+	prov, db := newMotoProvisioner(t, url, aws.Config{Regions: []string{"us-east-1"}, Image: mototest.AMI})
 	ctx := context.Background()
 	const name = "moto-launch"
 
@@ -147,11 +148,11 @@ func TestMotoProvisionerLaunchAndDelete(t *testing.T) {
 	}
 	in := v.Instances[0]
 	if id := awssdk.ToString(in.InstanceId); id != vm.InstanceID || in.State.Name != types.InstanceStateNameRunning ||
-		string(in.InstanceType) != "g6.xlarge" || awssdk.ToString(in.ImageId) != motoAMI ||
+		string(in.InstanceType) != "g6.xlarge" || awssdk.ToString(in.ImageId) != mototest.AMI ||
 		awssdk.ToString(in.KeyName) != provider.ResourceName(name) || awssdk.ToString(in.PublicIpAddress) != vm.SSH.Host {
 		t.Fatalf("moto's instance %s: %s, %s, %s, key %s, public IP %s; want %s running g6.xlarge %s, key %s, IP %s",
 			awssdk.ToString(in.InstanceId), in.State.Name, in.InstanceType, awssdk.ToString(in.ImageId), awssdk.ToString(in.KeyName),
-			awssdk.ToString(in.PublicIpAddress), vm.InstanceID, motoAMI, provider.ResourceName(name), vm.SSH.Host)
+			awssdk.ToString(in.PublicIpAddress), vm.InstanceID, mototest.AMI, provider.ResourceName(name), vm.SSH.Host)
 	}
 	// The group is the network interface's (moto leaves the instance's own
 	// SecurityGroups empty for an instance launched with an interface).
@@ -189,12 +190,12 @@ const staleCatalog = `{"source": "test fixture", "as_of": "2026-01",
 // instance, in us-west-2, and nothing of the VM in us-east-1; after Delete,
 // nothing anywhere.
 func TestMotoProvisionerFailsOverAnUnknownInstanceType(t *testing.T) {
-	url := motoURL(t)
+	url := mototest.URL(t)
 	cat, err := aws.ParseCatalog([]byte(staleCatalog))
 	if err != nil {
 		t.Fatal(err)
 	}
-	prov, db := newMotoProvisioner(t, url, aws.Config{Regions: []string{"us-east-1", "us-west-2"}, Image: motoAMI}, aws.WithCatalog(cat))
+	prov, db := newMotoProvisioner(t, url, aws.Config{Regions: []string{"us-east-1", "us-west-2"}, Image: mototest.AMI}, aws.WithCatalog(cat))
 	ctx := context.Background()
 	const name = "moto-failover"
 
@@ -250,8 +251,8 @@ func TestMotoProvisionerFailsOverAnUnknownInstanceType(t *testing.T) {
 // through DescribeImages) and carries the labels as tags beside the
 // identity, as does its security group.
 func TestMotoProvisionerDiskAndLabels(t *testing.T) {
-	url := motoURL(t)
-	prov, db := newMotoProvisioner(t, url, aws.Config{Regions: []string{"us-east-1"}, Image: motoAMI})
+	url := mototest.URL(t)
+	prov, db := newMotoProvisioner(t, url, aws.Config{Regions: []string{"us-east-1"}, Image: mototest.AMI})
 	ctx := context.Background()
 	const name = "moto-needs"
 	vm, err := prov.Launch(ctx, gpuprov.Request{Name: name, GPU: "L4", Timeout: time.Minute, DiskGB: 300,
@@ -259,7 +260,7 @@ func TestMotoProvisionerDiskAndLabels(t *testing.T) {
 	if err != nil {
 		t.Fatalf("launch: %v", err)
 	}
-	raw := motoEC2(url)
+	raw := mototest.EC2(url)
 	opt := func(o *ec2.Options) { o.Region = "us-east-1" }
 	v := viewMoto(t, url, "us-east-1", db.Installation(), name)
 	if len(v.Instances) != 1 {

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/org/gpuprov/internal/mototest"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/aws"
 )
@@ -141,7 +142,7 @@ func motoPlacementGroupsMissing(t *testing.T, raw *ec2.Client) string {
 	case errors.As(err, &re) && re.HTTPStatusCode() == http.StatusInternalServerError && aws.ErrorCode(err) == "":
 		return fmt.Sprintf("moto %s does not implement the placement-group actions (DescribePlacementGroups: HTTP 500 without an EC2 error code), "+
 			"and its RunInstances drops Placement.GroupName; the placement group's lifecycle is checked by the httpmock tests "+
-			"(TestPlacementGroupLifecycle, TestPlacementScenarioOnFake), see docs/clouds/aws.md", moto.version)
+			"(TestPlacementGroupLifecycle, TestPlacementScenarioOnFake), see docs/clouds/aws.md", mototest.Version())
 	}
 	t.Fatalf("moto DescribePlacementGroups: %v", err)
 	return ""
@@ -150,8 +151,8 @@ func motoPlacementGroupsMissing(t *testing.T, raw *ec2.Client) string {
 // The placement scenario against moto, when moto serves placement groups;
 // with moto 5.2.1, which does not, the test is skipped saying so.
 func TestMotoPlacementGroup(t *testing.T) {
-	url := motoURL(t)
-	raw := motoEC2(url)
+	url := mototest.URL(t)
+	raw := mototest.EC2(url)
 	if why := motoPlacementGroupsMissing(t, raw); why != "" {
 		t.Skip(why)
 	}

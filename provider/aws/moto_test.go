@@ -1,36 +1,26 @@
 package aws_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/org/gpuprov/internal/mototest"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/aws"
 	"github.com/org/gpuprov/provider/providertest"
 )
 
 // The moto suite runs the adapter against moto's EC2 server, an emulator
-// the project did not write (Python moto 5.2.1, `moto_server`). One server
-// is started per test binary, on a free loopback port, and stopped by its
-// pid when the tests end (motoMain). It validates instance types and AMIs
-// (motoEnv), so RunInstances refuses what EC2 would. Every test logs a
+// the project did not write (Python moto 5.2.1, `moto_server`), through
+// internal/mototest: one server per test binary, on a free loopback port,
+// stopped by its pid when the tests end (motoMain); it validates instance
+// types and AMIs, so RunInstances refuses what EC2 would. Every test logs a
 // "moto suite:" line naming moto's version. Known emulator limits, handled
 // here and never in the adapter:
 //   - moto does not deduplicate RunInstances' ClientToken: idempotency is
@@ -50,159 +40,22 @@ import (
 //     as RunInstances answers: no Settle is needed, and the Provisioner
 //     tests poll every 20ms with a 10ms consistency window (motoTimings);
 //   - moto_server (Werkzeug) closes the connection after every answer.
-const motoInstallHint = "moto_server not found on PATH: install it with `pip install 'moto[server]==5.2.1'`"
 
-var moto struct {
-	once    sync.Once
-	cmd     *exec.Cmd
-	url     string
-	version string
-	err     error
-}
-
-// motoEnv makes moto check what real EC2 checks: RunInstances refuses an
-// instance type the region does not offer (InvalidInstanceType.NotFound)
-// and an AMI it does not hold (InvalidAMIID.NotFound).
-var motoEnv = []string{"MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION=true", "MOTO_ENABLE_AMI_VALIDATION=true"}
-
-// motoVersion returns the version of the moto package that moto_server
-// runs, asking the Python its script names (python3 when it names none,
-// as a pyenv shim does), or a note saying why it is unknown.
-func motoVersion() string {
-	py := "python3"
-	if path, err := exec.LookPath("moto_server"); err == nil {
-		if b, err := os.ReadFile(path); err == nil {
-			line, _, _ := strings.Cut(string(b), "\n")
-			if f := strings.Fields(strings.TrimPrefix(line, "#!")); strings.HasPrefix(line, "#!") && len(f) > 0 &&
-				strings.HasPrefix(filepath.Base(f[0]), "python") {
-				py = f[0]
-			}
-		}
-	}
-	out, err := exec.Command(py, "-c", "import moto; print(moto.__version__)").Output()
-	if err != nil {
-		return fmt.Sprintf("(version unknown: %s: %v)", py, err)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// motoMain stops the moto server, if a test started one, when the tests end.
+// motoMain stops the moto server, if a test started one, when the tests
+// end (mototest.Main).
 type motoMain struct{ m *testing.M }
 
-func (mm motoMain) Run() int {
-	code := mm.m.Run()
-	if moto.cmd != nil && moto.cmd.Process != nil {
-		_ = moto.cmd.Process.Kill() // by its pid; its state is thrown away with it
-		_ = moto.cmd.Wait()         // the exit status of a killed server says nothing
-	}
-	return code
-}
-
-// motoURL returns the URL of the package's moto server, starting it on
-// first use. Outside CI a missing moto_server skips the test; under
-// CI=true it fails it.
-func motoURL(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("moto_server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(motoInstallHint)
-		}
-		t.Skip(motoInstallHint)
-	}
-	moto.once.Do(func() {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			moto.err = err
-			return
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		moto.cmd = exec.Command("moto_server", "-H", "127.0.0.1", "-p", strconv.Itoa(port))
-		moto.cmd.Env = append(os.Environ(), motoEnv...)
-		moto.version = motoVersion()
-		if err := moto.cmd.Start(); err != nil {
-			moto.err = err
-			return
-		}
-		moto.url = fmt.Sprintf("http://127.0.0.1:%d", port)
-		deadline := time.Now().Add(30 * time.Second)
-		for { // the server's own start-up, polled in real time
-			resp, err := motoClient.Get(moto.url + "/moto-api/")
-			if err == nil {
-				resp.Body.Close()
-				return
-			}
-			if time.Now().After(deadline) {
-				moto.err = fmt.Errorf("moto_server on port %d did not answer within 30s: %w", port, err)
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	})
-	if moto.err != nil {
-		t.Fatalf("moto: %v", moto.err)
-	}
-	t.Logf("moto suite: running against moto %s's EC2 server at %s (%s)", moto.version, moto.url, strings.Join(motoEnv, " "))
-	return moto.url
-}
-
-// motoClient keeps no idle connection, so none outlives the tests, and
-// hands net/http each request body as an in-memory reader (inMemoryBody).
-var motoClient = &http.Client{Transport: inMemoryBody{&http.Transport{DisableKeepAlives: true}}}
-
-// inMemoryBody reads a request's body into memory before the transport
-// sends it. The SDK's body (smithy-go's safe read-closer) answers io.EOF
-// as an error from WriteTo once the SDK has closed it, which the SDK does
-// as soon as the answer's headers are in; net/http reads a body once more
-// after its Content-Length bytes and, meeting that error there, closes
-// the connection under the answer's body ("read tcp ...: use of closed
-// network connection", about once in a few hundred calls under -race).
-// An in-memory body is written with the headers and read past its end
-// with no error. The adapter classifies such a cut-short answer Transient
-// (TestClassifyAnAnswerCutShort), so the core retries it; the harness calls
-// the primitives without the core and must not meet it.
-type inMemoryBody struct{ next http.RoundTripper }
-
-func (t inMemoryBody) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return t.next.RoundTrip(r)
-	}
-	b, err := io.ReadAll(r.Body)
-	r.Body.Close() // a RoundTripper closes the body it was given
-	if err != nil {
-		return nil, err
-	}
-	c := r.Clone(r.Context())
-	c.Body = io.NopCloser(bytes.NewReader(b))
-	c.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
-	c.ContentLength = int64(len(b))
-	return t.next.RoundTrip(c)
-}
-
-const (
-	motoKeyID  = "AKIDMOTOTESTING"
-	motoSecret = "moto-secret-testing"
-	// motoAMI is an image moto holds in every region (Ubuntu 14.04 of its
-	// default set, moto/ec2/resources/amis.json), so that RunInstances
-	// passes moto's AMI validation.
-	motoAMI = "ami-1e749f67"
-)
+func (mm motoMain) Run() int { return mototest.Main{M: mm.m}.Run() }
 
 // newMotoProvider returns a provider of installation inst on moto.
 func newMotoProvider(t *testing.T, url, inst string) *aws.Provider {
 	t.Helper()
-	p, err := aws.New(aws.Config{Regions: []string{"us-east-1"}, Image: motoAMI}, aws.WithInstallation(inst),
-		aws.WithEndpoint(aws.Endpoint{URL: url, Client: motoClient, AccessKeyID: motoKeyID, SecretAccessKey: motoSecret}))
+	p, err := aws.New(aws.Config{Regions: []string{"us-east-1"}, Image: mototest.AMI}, aws.WithInstallation(inst),
+		aws.WithEndpoint(aws.Endpoint{URL: url, Client: mototest.Client, AccessKeyID: mototest.KeyID, SecretAccessKey: mototest.Secret}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// motoEC2 is a raw EC2 client of moto: the emulator's own view.
-func motoEC2(url string) *ec2.Client {
-	return ec2.New(ec2.Options{Region: "us-east-1", BaseEndpoint: awssdk.String(url), HTTPClient: motoClient,
-		Credentials: credentials.NewStaticCredentialsProvider(motoKeyID, motoSecret, "")})
 }
 
 // motoProvider is the adapter with the harness's one allowance for moto:
@@ -250,8 +103,8 @@ func motoInstallation(t *testing.T) string {
 
 // The conformance kit against moto.
 func TestMotoConformance(t *testing.T) {
-	url := motoURL(t)
-	raw := motoEC2(url)
+	url := mototest.URL(t)
+	raw := mototest.EC2(url)
 	inst := motoInstallation(t)
 	providertest.Run(t, providertest.Harness{
 		New: func(t *testing.T) provider.CloudProvider {
@@ -271,8 +124,8 @@ func TestMotoConformance(t *testing.T) {
 // DescribeInstances, DescribeSecurityGroups, DescribeKeyPairs) shows
 // nothing of the VM left.
 func TestMotoPrimitivesInOrder(t *testing.T) {
-	url := motoURL(t)
-	raw := motoEC2(url)
+	url := mototest.URL(t)
+	raw := mototest.EC2(url)
 	inst := motoInstallation(t)
 	p := motoProvider{Provider: newMotoProvider(t, url, inst), raw: raw}
 	ctx := context.Background()

@@ -12,11 +12,13 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/org/gpuprov/internal/mototest"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/azure"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain stops the moto server TestFailoverAWSToAzureToVastAI starts.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(mototest.Main{M: m}) }
 
 var (
 	t4   = provider.ResourceRequest{GPU: "T4", GPUCount: 1}

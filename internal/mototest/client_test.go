@@ -1,4 +1,4 @@
-package aws_test
+package mototest_test
 
 import (
 	"bufio"
@@ -16,9 +16,11 @@ import (
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/org/gpuprov/internal/mototest"
 )
 
-// The race inMemoryBody removes, replayed in a fixed order: the request's
+// The race InMemoryBody removes, replayed in a fixed order: the request's
 // last bytes reach the server; the server answers with a body too large
 // for the transport's read buffer; the SDK gets the answer, closes its
 // request body and starts reading the answer's body; only then does the
@@ -67,8 +69,8 @@ func TestInMemoryBodyKeepsTheAnswer(t *testing.T) {
 		return &lastWriteWaits{Conn: c, until: reading}, nil
 	}}
 	cl := ec2.New(ec2.Options{Region: "us-east-1", BaseEndpoint: awssdk.String("http://" + l.Addr().String()), RetryMaxAttempts: 1,
-		HTTPClient:  &http.Client{Transport: inMemoryBody{signalReading{next: tr, reading: reading}}},
-		Credentials: credentials.NewStaticCredentialsProvider(motoKeyID, motoSecret, "")})
+		HTTPClient:  &http.Client{Transport: mototest.InMemoryBody{Next: signalReading{next: tr, reading: reading}}},
+		Credentials: credentials.NewStaticCredentialsProvider(mototest.KeyID, mototest.Secret, "")})
 	out, err := cl.DescribeVpcs(context.Background(), &ec2.DescribeVpcsInput{})
 	if err != nil {
 		t.Fatalf("DescribeVpcs: %v", err)
