@@ -427,3 +427,38 @@ func TestCLIClusterCrashRecover(t *testing.T) {
 		t.Errorf("after down --all the sim runs %+v", live)
 	}
 }
+
+// TestCLIOffersAzureWithoutCredentials: an [azure] section with a
+// subscription and no credentials anywhere lists Azure's H100 machines
+// from its embedded catalog; planning makes no Azure call.
+func TestCLIOffersAzureWithoutCredentials(t *testing.T) {
+	c := newCLIEnv(t)
+	c.writeConfig("[azure]\nsubscription_id = \"00000000-0000-0000-0000-000000000000\"\n")
+	cmd := c.command("offers", "--gpu", "h100", "--count", "8", "-o", "json")
+	var env []string
+	for _, kv := range cmd.Env {
+		if !strings.HasPrefix(kv, "AZURE_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	r := c.runCmd(cmd, cmd.Args[1:])
+	if r.code != 0 {
+		t.Fatalf("offers exited %d:\n%s", r.code, r.stderr)
+	}
+	var offers []struct {
+		Provider     string `json:"provider"`
+		InstanceType string `json:"instance_type"`
+		GPUCount     int    `json:"gpu_count"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &offers); err != nil {
+		t.Fatalf("offers -o json: %v\n%s", err, r.stdout)
+	}
+	found := false
+	for _, o := range offers {
+		found = found || o.Provider == "azure" && o.InstanceType == "Standard_ND96isr_H100_v5" && o.GPUCount == 8
+	}
+	if !found {
+		t.Fatalf("no Azure ND H100 v5 offer without credentials: %s", r.stdout)
+	}
+}
