@@ -99,8 +99,7 @@ func (p *Provisioner) LaunchCluster(ctx context.Context, req ClusterRequest) (*C
 	for i := range reqs {
 		reqs[i] = req.Node
 		reqs[i].Name = fmt.Sprintf("%s-%d", req.Name, i)
-		r := reqs[i]
-		if err := r.normalize(p.providerSet()); err != nil {
+		if err := reqs[i].normalize(p.providerSet()); err != nil {
 			return nil, err
 		}
 	}
@@ -202,7 +201,7 @@ func (p *Provisioner) launchPlaced(ctx context.Context, req ClusterRequest, reqs
 		if round > maxRounds {
 			return nil, errors.Join(append([]error{errorf("cluster %s: %w: tried %d locations (the bound)", req.Name, ErrOffersExhausted, maxRounds)}, history...)...)
 		}
-		loc, o, err := p.placeCluster(ctx, req, tried)
+		loc, o, err := p.placeCluster(ctx, req.Placement, reqs[0], tried)
 		if err != nil {
 			return nil, errors.Join(append([]error{errorf("cluster %s: %w", req.Name, err)}, history...)...)
 		}
@@ -255,15 +254,10 @@ func (p *Provisioner) launchPlaced(ctx context.Context, req ClusterRequest, reqs
 	}
 }
 
-// placeCluster picks the cheapest offer for the cluster's nodes whose
-// location (per req.Placement) is not in tried and not blocked, on a
-// provider that can place it.
-func (p *Provisioner) placeCluster(ctx context.Context, req ClusterRequest, tried map[string]bool) (string, *provider.Offer, error) {
-	nr := req.Node
-	nr.Name = req.Name + "-0"
-	if err := nr.normalize(p.providerSet()); err != nil {
-		return "", nil, err
-	}
+// placeCluster picks the cheapest offer for the cluster's nodes (nr, a
+// normalized node request) whose location (per placement) is not in tried
+// and not blocked, on a provider that can place it.
+func (p *Provisioner) placeCluster(ctx context.Context, placement Placement, nr Request, tried map[string]bool) (string, *provider.Offer, error) {
 	res, err := p.plan(ctx, &nr)
 	if err != nil {
 		return "", nil, err
@@ -271,11 +265,11 @@ func (p *Provisioner) placeCluster(ctx context.Context, req ClusterRequest, trie
 	skipped := 0
 	for i := range res.Offers {
 		o := &res.Offers[i]
-		if req.Placement == PlacementCompact && !p.providers[o.Provider].caps.CompactPlacement {
+		if placement == PlacementCompact && !p.providers[o.Provider].caps.CompactPlacement {
 			continue
 		}
 		loc := o.Provider + "/" + o.Location.Region
-		if req.Placement != PlacementSameRegion {
+		if placement != PlacementSameRegion {
 			loc += "/" + o.Location.Zone
 		}
 		if tried[loc] {
@@ -289,11 +283,11 @@ func (p *Provisioner) placeCluster(ctx context.Context, req ClusterRequest, trie
 		return loc, o, nil
 	}
 	what := "no offer"
-	if req.Placement == PlacementCompact {
+	if placement == PlacementCompact {
 		what = "no offer on a provider that can place a compact cluster"
 	}
 	return "", nil, fmt.Errorf("%w for a %s cluster of %s×%d: %s left (%d planned, %d blocked or tried)%s", ErrNoOffers,
-		req.Placement, nr.GPU, nr.GPUCount, what, len(res.Offers), skipped, res.errorSummary())
+		placement, nr.GPU, nr.GPUCount, what, len(res.Offers), skipped, res.errorSummary())
 }
 
 // coordinator elects the cluster's server: the first node to reach the join
