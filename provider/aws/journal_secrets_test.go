@@ -2,12 +2,9 @@ package aws_test
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"net/url"
-	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,7 +12,6 @@ import (
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/internal/rest/resttest"
-	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/aws"
 )
@@ -35,7 +31,6 @@ func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f
 // key nor the session token in any form, while the masked echo is there to
 // be read.
 func TestJournalNeverHoldsTheCredentials(t *testing.T) {
-	ctx := context.Background()
 	clk := clock.NewFake(t0)
 	t.Cleanup(clk.AutoAdvance())
 	f := newFakeEC2(t, clk)
@@ -53,36 +48,17 @@ func TestJournalNeverHoldsTheCredentials(t *testing.T) {
 		}
 		return echo(http.StatusUnauthorized, "AuthFailure")(r)
 	})}
-	path := filepath.Join(t.TempDir(), "journal.db")
-	db, err := sqlite.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	p, err := aws.New(aws.Config{Regions: []string{"us-east-1"}, RequestsPerSecond: 1000},
-		aws.WithInstallation(db.Installation()), aws.WithEndpoint(e), aws.WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var seen []string
-	prov, err := gpuprov.New(db, gpuprov.WithProvider(p), gpuprov.WithClock(clk),
-		gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1),
-		gpuprov.WithSSH("ubuntu", []string{newSpec(t, "k").AuthorizedKeys[0]}, true),
-		gpuprov.WithEvents(func(ev gpuprov.Event) { mu.Lock(); seen = append(seen, ev.Message); mu.Unlock() }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prov.Close() })
-
-	_, err = prov.Launch(ctx, gpuprov.Request{Name: "train", GPU: "L4", Timeout: time.Hour})
-	if err == nil || provider.KindOf(err) != provider.Credentials {
-		t.Fatalf("launch: %v, want the 401's credentials error", err)
-	}
+	l := resttest.LaunchEchoed(t, clk, func(inst string) provider.CloudProvider {
+		p, err := aws.New(aws.Config{Regions: []string{"us-east-1"}, RequestsPerSecond: 1000},
+			aws.WithInstallation(inst), aws.WithEndpoint(e), aws.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}, gpuprov.Request{Name: "train", GPU: "L4", Timeout: time.Hour},
+		gpuprov.WithSSH("ubuntu", []string{newSpec(t, "k").AuthorizedKeys[0]}, true))
 	if runs.Load() < 2 {
 		t.Fatalf("%d RunInstances reached the echo, want the 500 and the 401", runs.Load())
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	resttest.LaunchLeaks(t, map[string]string{"secret access key": echoSecret, "session token": echoToken}, err, seen, path)
+	resttest.LaunchLeaks(t, map[string]string{"secret access key": echoSecret, "session token": echoToken}, l)
 }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/internal/rest/resttest"
-	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/azure"
 )
@@ -109,17 +107,10 @@ var vmPut = regexp.MustCompile(`/providers/Microsoft\.Compute/virtualMachines/[^
 // echo is there to be read.
 func TestJournalNeverHoldsTheAccessToken(t *testing.T) {
 	const token = "eyJ0eXAi.journal+gpuprov/0123456789=abcdef"
-	ctx := context.Background()
 	c, mt := newCloud(t)
 	c.autoRun = true
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	t.Cleanup(clk.AutoAdvance())
-	path := t.TempDir() + "/journal.db"
-	db, err := sqlite.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	var puts atomic.Int32
 	echo := &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
 		if r.Method != http.MethodPut || !vmPut.MatchString(r.URL.Path) {
@@ -131,31 +122,17 @@ func TestJournalNeverHoldsTheAccessToken(t *testing.T) {
 		}
 		return resttest.EchoResponse(r, status, armEcho), nil
 	})}
-	p := c.provider(t, mt, azure.Config{Regions: []string{"eastus"}}, azure.WithInstallation(db.Installation()),
-		azure.WithEndpoint(endpoint, echo), azure.WithCredential(staticToken(token)), azure.WithClock(clk))
-	var mu sync.Mutex
-	var seen []string
-	prov, err := gpuprov.New(db, gpuprov.WithClock(clk), gpuprov.WithProvider(p),
-		gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1),
-		gpuprov.WithEvents(func(ev gpuprov.Event) { mu.Lock(); seen = append(seen, ev.Message); mu.Unlock() }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prov.Close() })
-
-	_, err = prov.Launch(ctx, gpuprov.Request{Name: "train", GPU: "t4", Timeout: time.Hour})
-	if err == nil || provider.KindOf(err) != provider.Credentials {
-		t.Fatalf("launch: %v, want the 401's credentials error", err)
-	}
+	l := resttest.LaunchEchoed(t, clk, func(inst string) provider.CloudProvider {
+		return c.provider(t, mt, azure.Config{Regions: []string{"eastus"}}, azure.WithInstallation(inst),
+			azure.WithEndpoint(endpoint, echo), azure.WithCredential(staticToken(token)), azure.WithClock(clk))
+	}, gpuprov.Request{Name: "train", GPU: "t4", Timeout: time.Hour})
 	if puts.Load() < 2 {
 		t.Fatalf("%d VM PUTs reached the echo, want the 500 and the 401", puts.Load())
 	}
 	if calls := c.calls("", "/subscriptions/"); len(calls) == 0 || calls[0].Header.Get("Authorization") != "Bearer "+token {
 		t.Fatal("the requests did not carry the token")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	resttest.LaunchLeaks(t, map[string]string{"access token": token}, err, seen, path)
+	resttest.LaunchLeaks(t, map[string]string{"access token": token}, l)
 }
 
 // failingToken is a credential that cannot get a token.

@@ -1,11 +1,9 @@
 package gcp_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"regexp"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/internal/rest/resttest"
-	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/gcp"
 )
@@ -48,16 +45,9 @@ func gceEcho(status int, echoed string) []byte {
 // masked echo is there to be read.
 func TestJournalNeverHoldsTheAccessToken(t *testing.T) {
 	const token = "ya29.a0AfB_journal+gpuprov/0123456789=abcdef"
-	ctx := context.Background()
 	c, mt := newCloud(t)
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	t.Cleanup(clk.AutoAdvance())
-	path := t.TempDir() + "/journal.db"
-	db, err := sqlite.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	var inserts atomic.Int32
 	echo := &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
 		if r.Method != http.MethodPost || !instanceInsert.MatchString(r.URL.Path) {
@@ -70,29 +60,15 @@ func TestJournalNeverHoldsTheAccessToken(t *testing.T) {
 		return resttest.EchoResponse(r, status, gceEcho), nil
 	})}
 	creds := auth.NewCredentials(&auth.CredentialsOptions{TokenProvider: staticToken(token)})
-	p := c.provider(t, mt, gcp.Config{Regions: []string{"us-central1"}}, gcp.WithInstallation(db.Installation()),
-		gcp.WithEndpoint(endpoint, echo), gcp.WithCredentials(creds))
-	var mu sync.Mutex
-	var seen []string
-	prov, err := gpuprov.New(db, gpuprov.WithClock(clk), gpuprov.WithProvider(p),
-		gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1),
-		gpuprov.WithEvents(func(ev gpuprov.Event) { mu.Lock(); seen = append(seen, ev.Message); mu.Unlock() }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prov.Close() })
-
-	_, err = prov.Launch(ctx, gpuprov.Request{Name: "train", GPU: "l4", Timeout: time.Hour})
-	if err == nil || provider.KindOf(err) != provider.Credentials {
-		t.Fatalf("launch: %v, want the 401's credentials error", err)
-	}
+	l := resttest.LaunchEchoed(t, clk, func(inst string) provider.CloudProvider {
+		return c.provider(t, mt, gcp.Config{Regions: []string{"us-central1"}}, gcp.WithInstallation(inst),
+			gcp.WithEndpoint(endpoint, echo), gcp.WithCredentials(creds))
+	}, gpuprov.Request{Name: "train", GPU: "l4", Timeout: time.Hour})
 	if inserts.Load() < 2 {
 		t.Fatalf("%d inserts reached the echo, want the 500 and the 401", inserts.Load())
 	}
 	if calls := c.calls("/compute/v1/"); len(calls) == 0 || calls[0].Auth != "Bearer "+token {
 		t.Fatalf("the requests did not carry the token: %+v", calls)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	resttest.LaunchLeaks(t, map[string]string{"access token": token}, err, seen, path)
+	resttest.LaunchLeaks(t, map[string]string{"access token": token}, l)
 }

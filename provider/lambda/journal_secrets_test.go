@@ -1,12 +1,9 @@
 package lambda_test
 
 import (
-	"context"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,7 +13,6 @@ import (
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/internal/rest/resttest"
-	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/lambda"
 	"github.com/org/gpuprov/provider/lambda/lambdamock"
@@ -84,16 +80,9 @@ func TestJournalNeverHoldsTheKey(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
 			key := "key_" + tc.name + "+gpuprov/0123456789=abcdef"
 			clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 			t.Cleanup(clk.AutoAdvance())
-			path := filepath.Join(t.TempDir(), "journal.db")
-			db, err := sqlite.Open(ctx, path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
 			var creates atomic.Int32
 			echo := func(mt *httpmock.MockTransport) *http.Client {
 				return &http.Client{Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
@@ -107,27 +96,13 @@ func TestJournalNeverHoldsTheKey(t *testing.T) {
 					return resttest.EchoResponse(r, status, tc.body), nil
 				})}
 			}
-			p := tc.build(t, key, db.Installation(), echo)
-			var mu sync.Mutex
-			var seen []string
-			prov, err := gpuprov.New(db, gpuprov.WithClock(clk), gpuprov.WithProvider(p),
-				gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1),
-				gpuprov.WithSSH("root", []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ5Vf0zdfBx5i9nRYkuGAOI4dqnA7BD6IVn0i60HNmDH ops@example"}, true),
-				gpuprov.WithEvents(func(ev gpuprov.Event) { mu.Lock(); seen = append(seen, ev.Message); mu.Unlock() }))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { prov.Close() })
-			_, err = prov.Launch(ctx, gpuprov.Request{Name: "train", GPU: "h100", Timeout: time.Hour})
-			if err == nil || provider.KindOf(err) != provider.Credentials {
-				t.Fatalf("launch: %v, want the 401's credentials error", err)
-			}
+			l := resttest.LaunchEchoed(t, clk, func(inst string) provider.CloudProvider { return tc.build(t, key, inst, echo) },
+				gpuprov.Request{Name: "train", GPU: "h100", Timeout: time.Hour},
+				gpuprov.WithSSH("root", []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ5Vf0zdfBx5i9nRYkuGAOI4dqnA7BD6IVn0i60HNmDH ops@example"}, true))
 			if creates.Load() < 2 {
 				t.Fatalf("%d creates reached the echo, want the 500 and the 401", creates.Load())
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			resttest.LaunchLeaks(t, map[string]string{"API key": key}, err, seen, path)
+			resttest.LaunchLeaks(t, map[string]string{"API key": key}, l)
 		})
 	}
 }
