@@ -29,6 +29,7 @@ import (
 	"github.com/org/gpuprov/provider/aws"
 	"github.com/org/gpuprov/provider/azure"
 	"github.com/org/gpuprov/provider/azure/internal/catalog"
+	pt "github.com/org/gpuprov/provider/providertest"
 	"github.com/org/gpuprov/provider/vastai"
 	"github.com/org/gpuprov/provider/vastai/vastmock"
 )
@@ -251,27 +252,8 @@ func TestFailoverAWSToAzureToVastAI(t *testing.T) {
 
 	// The journal: three attempts, the first two torn down after capacity
 	// errors and cleaned up, the last the VM's; both failed offers blocked.
-	as, err := db.Attempts(ctx, name)
-	if err != nil || len(as) != 3 {
-		t.Fatalf("attempts %+v, %v; want 3", as, err)
-	}
-	for i, want := range []struct {
-		provider string
-		state    journal.AttemptState
-		kind     string
-	}{
-		{aws.ID, journal.AttemptTornDown, "capacity"},
-		{azure.ID, journal.AttemptTornDown, "capacity"},
-		{vastai.ID, journal.AttemptSucceeded, ""},
-	} {
-		a := as[i]
-		if a.Provider != want.provider || a.State != want.state || a.ErrorKind != want.kind {
-			t.Fatalf("attempt %d: %s %s %q, want %+v", a.N, a.Provider, a.State, a.ErrorKind, want)
-		}
-		if want.kind != "" && !a.CleanedUp {
-			t.Fatalf("attempt %d (%s) was not cleaned up", a.N, a.Provider)
-		}
-	}
+	as := pt.CheckAttempts(t, db, name, pt.Attempt{Provider: aws.ID, Kind: "capacity"},
+		pt.Attempt{Provider: azure.ID, Kind: "capacity"}, pt.Attempt{Provider: vastai.ID})
 	if !strings.Contains(as[0].Error, "InsufficientInstanceCapacity") || !strings.Contains(as[1].Error, "AllocationFailed") {
 		t.Fatalf("attempt errors %q, %q; want InsufficientInstanceCapacity, AllocationFailed", as[0].Error, as[1].Error)
 	}

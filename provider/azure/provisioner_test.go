@@ -12,10 +12,10 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
-	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/azure"
+	pt "github.com/org/gpuprov/provider/providertest"
 )
 
 // A launch of one T4 meets AllocationFailed (reported by the VM PUT's
@@ -66,20 +66,8 @@ func TestProvisionerFailsOverAcrossRegions(t *testing.T) {
 		t.Fatalf("vm %+v", vm)
 	}
 
-	as, err := j.Attempts(ctx, "train")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var regions, states, kinds []string
-	for _, a := range as {
-		regions, states, kinds = append(regions, a.Region), append(states, string(a.State)), append(kinds, a.ErrorKind)
-	}
-	if !slices.Equal(regions, []string{"eastus2", "eastus", "northcentralus"}) ||
-		!slices.Equal(kinds, []string{"capacity", "quota", ""}) ||
-		states[0] != string(journal.AttemptTornDown) || states[1] != string(journal.AttemptTornDown) ||
-		states[2] != string(journal.AttemptSucceeded) {
-		t.Fatalf("attempts: regions %v kinds %v states %v", regions, kinds, states)
-	}
+	pt.CheckAttempts(t, j, "train", pt.Attempt{Region: "eastus2", Kind: "capacity"}, pt.Attempt{Region: "eastus", Kind: "quota"},
+		pt.Attempt{Region: "northcentralus"})
 	blocks, err := j.Blocks(ctx, clk.Now())
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/gcp"
+	pt "github.com/org/gpuprov/provider/providertest"
 )
 
 // A launch meets ZONE_RESOURCE_POOL_EXHAUSTED in the cheapest zone
@@ -55,20 +56,8 @@ func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 		t.Fatalf("vm %+v", vm)
 	}
 
-	as, err := j.Attempts(ctx, "train")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var zones, states, kinds []string
-	for _, a := range as {
-		zones, states, kinds = append(zones, a.Zone), append(states, string(a.State)), append(kinds, a.ErrorKind)
-	}
-	if !slices.Equal(zones, []string{"us-east4-a", "us-east4-c", "us-central1-a"}) ||
-		!slices.Equal(kinds, []string{"capacity", "quota", ""}) ||
-		states[0] != string(journal.AttemptTornDown) || states[1] != string(journal.AttemptTornDown) ||
-		states[2] != string(journal.AttemptSucceeded) {
-		t.Fatalf("attempts: zones %v kinds %v states %v", zones, kinds, states)
-	}
+	pt.CheckAttempts(t, j, "train", pt.Attempt{Zone: "us-east4-a", Kind: "capacity"}, pt.Attempt{Zone: "us-east4-c", Kind: "quota"},
+		pt.Attempt{Zone: "us-central1-a"})
 	blocks, err := j.Blocks(ctx, clk.Now())
 	if err != nil {
 		t.Fatal(err)

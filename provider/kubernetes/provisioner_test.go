@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
+	pt "github.com/org/gpuprov/provider/providertest"
 )
 
 // A launch plans both zones of the cluster (zone-a first: equal prices,
@@ -63,18 +63,9 @@ func TestProvisionerFailsOverOnInsufficientGPU(t *testing.T) {
 		t.Fatalf("ready after %v: the unschedulable window of 90s was not waited out", waited)
 	}
 
-	as, err := j.Attempts(ctx, "train")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var zones, kinds, states []string
-	for _, a := range as {
-		zones, kinds, states = append(zones, a.Zone), append(kinds, a.ErrorKind), append(states, string(a.State))
-	}
-	if !slices.Equal(zones, []string{"zone-a", "zone-b"}) || !slices.Equal(kinds, []string{"capacity", ""}) ||
-		states[0] != string(journal.AttemptTornDown) || states[1] != string(journal.AttemptSucceeded) ||
-		!strings.Contains(as[0].Error, "Insufficient nvidia.com/gpu") {
-		t.Fatalf("attempts: zones %v kinds %v states %v (first error %q)", zones, kinds, states, as[0].Error)
+	as := pt.CheckAttempts(t, j, "train", pt.Attempt{Zone: "zone-a", Kind: "capacity"}, pt.Attempt{Zone: "zone-b"})
+	if !strings.Contains(as[0].Error, "Insufficient nvidia.com/gpu") {
+		t.Fatalf("first attempt's error %q does not name the scheduler's reason", as[0].Error)
 	}
 	blocks, err := j.Blocks(ctx, c.clk.Now())
 	if err != nil || len(blocks) != 1 || blocks[0].ErrorKind != "capacity" || !strings.Contains(blocks[0].Key, "zone-a") {

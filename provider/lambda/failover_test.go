@@ -21,6 +21,7 @@ import (
 	"github.com/org/gpuprov/provider/lambda/lambdamock"
 	"github.com/org/gpuprov/provider/primeintellect"
 	"github.com/org/gpuprov/provider/primeintellect/primemock"
+	pt "github.com/org/gpuprov/provider/providertest"
 	"github.com/org/gpuprov/provider/runpod"
 	"github.com/org/gpuprov/provider/runpod/runpodmock"
 )
@@ -131,23 +132,8 @@ func TestFailoverLambdaToPrimeIntellectToRunPod(t *testing.T) {
 
 	// The journal: three attempts, the first two torn down with capacity
 	// errors, the last the VM's; both failed offers blocked for capacity.
-	as, err := db.Attempts(ctx, "train")
-	if err != nil || len(as) != 3 {
-		t.Fatalf("attempts %d, %v", len(as), err)
-	}
-	for i, want := range []struct{ provider, state, kind string }{
-		{"lambda", string(journal.AttemptTornDown), "capacity"},
-		{"primeintellect", string(journal.AttemptTornDown), "capacity"},
-		{"runpod", string(journal.AttemptSucceeded), ""},
-	} {
-		a := as[i]
-		if a.Provider != want.provider || string(a.State) != want.state || a.ErrorKind != want.kind {
-			t.Fatalf("attempt %d: %s %s %s, want %+v", a.N, a.Provider, a.State, a.ErrorKind, want)
-		}
-		if want.kind != "" && !a.CleanedUp {
-			t.Fatalf("attempt %d was not cleaned up", a.N)
-		}
-	}
+	pt.CheckAttempts(t, db, "train", pt.Attempt{Provider: "lambda", Kind: "capacity"},
+		pt.Attempt{Provider: "primeintellect", Kind: "capacity"}, pt.Attempt{Provider: "runpod"})
 	blocks, err := db.Blocks(ctx, clk.Now())
 	if err != nil {
 		t.Fatal(err)

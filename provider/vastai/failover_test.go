@@ -12,8 +12,8 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
-	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
+	pt "github.com/org/gpuprov/provider/providertest"
 	"github.com/org/gpuprov/provider/vastai"
 	"github.com/org/gpuprov/provider/vastai/vastmock"
 )
@@ -98,16 +98,7 @@ func TestFailoverFromATakenAsk(t *testing.T) {
 		t.Fatalf("accepts %v", accepted)
 	}
 
-	as, err := pr.db.Attempts(ctx, "train")
-	if err != nil || len(as) != 2 {
-		t.Fatalf("attempts %d, %v", len(as), err)
-	}
-	if a := as[0]; a.Zone != "machine-5001" || a.State != journal.AttemptTornDown || a.ErrorKind != "capacity" || !a.CleanedUp {
-		t.Fatalf("first attempt %+v", a)
-	}
-	if a := as[1]; a.Zone != "machine-5002" || a.State != journal.AttemptSucceeded {
-		t.Fatalf("second attempt %+v", a)
-	}
+	pt.CheckAttempts(t, pr.db, "train", pt.Attempt{Zone: "machine-5001", Kind: "capacity"}, pt.Attempt{Zone: "machine-5002"})
 	blocks, err := pr.db.Blocks(ctx, pr.clk.Now())
 	if err != nil || len(blocks) != 1 || blocks[0].ErrorKind != "capacity" || blocks[0].Scope != "offer" ||
 		!strings.Contains(blocks[0].Key, "|US|machine-5001|H100 SXM x1|") {
