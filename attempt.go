@@ -104,14 +104,24 @@ func (d *driver) prepare(ctx context.Context, pp *paced, o *provider.Offer, a *j
 			return err
 		}
 	}
-	var prepared json.RawMessage
-	err := d.retry(ctx, pp, a, "prepare", func(ctx context.Context) error {
-		var err error
-		prepared, err = pp.Prepare(ctx, o, d.spec(a))
-		return err
-	})
-	if err != nil {
-		return err
+	pp.holdShared(a.Region, d.row.Name)
+	prepared := d.preparedInPlace(o, a)
+	if prepared == nil {
+		st := d.stopperFor(o, a)
+		err := d.retry(withStopper(ctx, st), pp, a, "prepare", func(ctx context.Context) error {
+			if !pp.perRequest {
+				st.sent.Store(true) // the core granted the turn: Prepare runs
+			}
+			var err error
+			prepared, err = pp.Prepare(ctx, o, d.spec(a))
+			return err
+		})
+		if us := d.unsent[a.N]; us != nil && st.sent.Load() {
+			us.prepare = false
+		}
+		if err != nil {
+			return err
+		}
 	}
 	a.Prepared = prepared
 	if err := d.newHostKey(pp, a); err != nil {
@@ -153,6 +163,7 @@ func (d *driver) newHostKey(pp *paced, a *journal.Attempt) error {
 // create sent again, with the same idempotency token.
 func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *journal.Attempt, resumed bool) error {
 	observeFirst := resumed
+	sharedGone := 0
 	for n := 0; ; n++ {
 		if observeFirst {
 			inst, err := d.findLanded(ctx, pp, a)
@@ -174,21 +185,33 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 				return err
 			}
 		}
-		if err := pp.wait(ctx); err != nil {
-			return err
-		}
+		cctx := ctx
+		var st *stopper
 		if n == 0 && !observeFirst {
-			// Another VM may have found the offer out of stock while this
-			// one waited for its turn: creating now would only fail too.
-			// A block older than the attempt is one it chose to pass over
-			// (a restock seen while waiting for capacity).
-			if b, ok := d.p.blockedNow(ctx, o); ok && !b.CreatedAt.Before(a.StartedAt) {
-				return provider.Errorf(provider.Capacity, a.Provider, "create", "offer blocked while waiting to create (%s, %s until %s)",
-					b.Key, b.ErrorKind, b.Until.UTC().Format(time.RFC3339))
+			// Another VM may find the offer out of stock while this one
+			// waits for its turn: the create then leaves the queue instead
+			// of failing too (see stopper).
+			st = d.stopperFor(o, a)
+			if err := st.check(ctx); err != nil {
+				return err
 			}
+			cctx = withStopper(ctx, st)
 		}
-		id, err := pp.Create(ctx, o, a.Prepared, d.spec(a))
-		pp.note(err)
+		var id string
+		err := pp.call(cctx, "create", o.Location, func(ctx context.Context) (err error) {
+			if st != nil && !pp.perRequest {
+				// The core granted the turn: the create goes out.
+				if err := st.check(ctx); err != nil {
+					return err
+				}
+				st.sent.Store(true)
+			}
+			id, err = pp.Create(ctx, o, a.Prepared, d.spec(a))
+			return err
+		})
+		if us := d.unsent[a.N]; us != nil && (st == nil || st.sent.Load()) {
+			us.create = false
+		}
 		if err == nil {
 			// The instance exists now: a look that started before this
 			// moment may not show it, so the next one must start after.
@@ -198,11 +221,55 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 		if provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil {
 			return err
 		}
+		if errors.Is(err, provider.ErrSharedGone) && sharedGone < 3 {
+			// Another process removed a shared side resource between this
+			// VM's Prepare and its create, which did not land: prepare
+			// again and send it again.
+			sharedGone++
+			if err := d.reprepare(ctx, pp, o, a, err); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := d.backoff(ctx, a, "create", n, err); err != nil {
 			return err
 		}
 		observeFirst = true
 	}
+}
+
+// reprepare runs Prepare again for attempt a after a create found a shared
+// side resource gone (cause), and journals the new prepared data.
+func (d *driver) reprepare(ctx context.Context, pp *paced, o *provider.Offer, a *journal.Attempt, cause error) error {
+	var prepared json.RawMessage
+	if err := d.retry(ctx, pp, a, "prepare", func(ctx context.Context) (err error) {
+		prepared, err = pp.Prepare(ctx, o, d.spec(a))
+		return err
+	}); err != nil {
+		return errors.Join(err, cause)
+	}
+	a.Prepared = prepared
+	return d.commit(ctx, &journal.Step{Attempts: []journal.Attempt{*a},
+		Events: []journal.Event{d.event(EvRetry, a, fmt.Sprintf("create: %v; prepared again", cause))}})
+}
+
+// preparedInPlace returns the prepared data of an attempt that owes its
+// cleanup in the location of a, on an offer whose Prepare takes the same
+// input (instance type, disk), so that a failover in place skips Prepare;
+// nil when there is none.
+func (d *driver) preparedInPlace(o *provider.Offer, a *journal.Attempt) json.RawMessage {
+	for i := len(d.owed) - 1; i >= 0; i-- {
+		x := d.owed[i]
+		if !sameLocation(x, a) || len(x.Prepared) == 0 {
+			continue
+		}
+		var xo provider.Offer
+		if err := json.Unmarshal(x.Offer, &xo); err != nil || xo.InstanceType != o.InstanceType || xo.DiskGB != o.DiskGB {
+			continue
+		}
+		return x.Prepared
+	}
+	return nil
 }
 
 // recordInstance journals the instance id and moves the attempt to boot.
@@ -256,12 +323,13 @@ func (d *driver) observe(ctx context.Context, pp *paced, a *journal.Attempt) ([]
 		}
 		return obs, err
 	}
-	if err := pp.wait(ctx); err != nil {
-		return nil, err
-	}
-	started := d.now()
-	obs, err := pp.Observe(ctx, loc, d.row.Name)
-	pp.note(err)
+	var started time.Time
+	var obs []provider.Observed
+	err := pp.call(ctx, "observe", loc, func(ctx context.Context) (err error) {
+		started = d.now()
+		obs, err = pp.Observe(ctx, loc, d.row.Name)
+		return err
+	})
 	if err == nil {
 		d.seen = started
 	}
@@ -372,15 +440,13 @@ func (d *driver) removeDuplicates(ctx context.Context, pp *paced, a *journal.Att
 	})
 }
 
-// retry runs a provider call, retrying transient errors with backoff until
-// ctx ends.
+// retry runs a provider call op of attempt a, retrying transient errors
+// with backoff until ctx ends.
 func (d *driver) retry(ctx context.Context, pp *paced, a *journal.Attempt, op string, f func(context.Context) error) error {
+	loc := provider.Location{Region: a.Region, Zone: a.Zone}
+	callOp, _, _ := strings.Cut(op, " ") // "delete duplicates" is a delete
 	for n := 0; ; n++ {
-		if err := pp.wait(ctx); err != nil {
-			return err
-		}
-		err := f(ctx)
-		pp.note(err)
+		err := pp.call(ctx, callOp, loc, f)
 		if err == nil || provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil {
 			return err
 		}

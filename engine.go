@@ -76,7 +76,18 @@ type driver struct {
 	// restocked says the offer nextOffer returned last was blocked by a
 	// stockout that a fresh plan shows over.
 	restocked bool
+	// owed are the torn-down attempts whose cleanup waits for the next
+	// attempt (failover in place, see shared.go).
+	owed []*journal.Attempt
+	// unsent says, per attempt this process started, what it knows it
+	// never sent: no Prepare request (nothing to clean up) or no create
+	// (nothing to look for). An attempt taken over from the journal has no
+	// entry: everything may have been sent.
+	unsent map[int]*unsent
 }
+
+// unsent is what an attempt is known not to have sent.
+type unsent struct{ prepare, create bool }
 
 // journaledRequest is a Request as the journal keeps it, with what resuming
 // the VM needs to know besides.
@@ -100,7 +111,7 @@ type journaledRequest struct {
 }
 
 func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {
-	d := &driver{p: p, row: row, tried: map[string]bool{}, hostKeys: map[int]*provider.HostKey{}}
+	d := &driver{p: p, row: row, tried: map[string]bool{}, hostKeys: map[int]*provider.HostKey{}, unsent: map[int]*unsent{}}
 	var jr journaledRequest
 	if err := json.Unmarshal(row.Request, &jr); err != nil {
 		return nil, fmt.Errorf("gpuprov: VM %s: journaled request does not parse: %w", row.Name, err)
@@ -160,7 +171,7 @@ func (d *driver) commit(ctx context.Context, st *journal.Step) error {
 		d.released = true
 	}
 	if len(st.Blocks) > 0 {
-		d.p.dropBlockCache()
+		d.p.blocksAdded(st.Blocks)
 	}
 	d.p.emit(st.Events)
 	return nil
@@ -223,13 +234,17 @@ func (d *driver) provision(ctx context.Context) error {
 	for i := range attempts {
 		a := &attempts[i]
 		d.tried[a.OfferKey] = true
+		if a.State == journal.AttemptTornDown && !a.CleanedUp {
+			owed := *a // failover in place, cut short by the crash
+			d.owed = append(d.owed, &owed)
+		}
 		if a.N == d.row.Attempt {
 			continue
 		}
 		// The engine writes attempt k+1 only after attempt k is torn down,
 		// so this finds nothing unless the journal was edited by hand.
 		if a.State == journal.AttemptActive || a.State == journal.AttemptTearingDown {
-			if err := d.teardown(ctx, a, nil); err != nil {
+			if err := d.teardown(ctx, a, nil, false); err != nil {
 				return d.stuck(ctx, err)
 			}
 		}
@@ -253,7 +268,7 @@ func (d *driver) provision(ctx context.Context) error {
 				return stop
 			}
 		case cur.State == journal.AttemptTearingDown:
-			if err := d.teardown(ctx, cur, nil); err != nil {
+			if err := d.teardown(ctx, cur, nil, false); err != nil {
 				return d.stuck(ctx, err)
 			}
 		}
@@ -344,6 +359,20 @@ func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.
 		Token: d.token(n), StartedAt: d.now(),
 	}
 	d.tried[a.OfferKey] = true
+	d.unsent[n] = &unsent{prepare: true, create: true}
+	if pp, ok := d.p.providers[a.Provider]; ok {
+		// Before what other attempts owe is paid: the region's shared
+		// resources must not look unused in between.
+		pp.holdShared(a.Region, d.row.Name)
+	}
+	paid, err := d.payOwed(ctx, a)
+	if err != nil {
+		d.p.providers[a.Provider].releaseShared(a.Region, d.row.Name)
+		if len(paid) > 0 {
+			d.pending = &journal.Step{Attempts: paid}
+		}
+		return nil, d.stuck(ctx, fmt.Errorf("cleaning up after an earlier attempt: %w", err))
+	}
 	d.row.State, d.row.Phase, d.row.Attempt = journal.StateProvisioning, PhasePrepare, n
 	d.row.Provider, d.row.Region, d.row.Zone, d.row.Offer, d.row.PricePerHour = o.Provider, o.Location.Region, o.Location.Zone, raw, o.PricePerHour
 	d.row.InstanceID, d.row.SSHHost, d.row.SSHPort, d.row.SSHUser, d.row.HostKey = "", "", 0, "", ""
@@ -356,7 +385,7 @@ func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.
 		msg += " (in stock again: its stockout block is passed over)"
 		d.restocked = false
 	}
-	return a, d.commit(ctx, &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a},
+	return a, d.commit(ctx, &journal.Step{Update: &d.row, Attempts: append(paid, *a),
 		Events: []journal.Event{d.event(EvAttempt, a, msg)}})
 }
 
@@ -374,11 +403,18 @@ func newID() string {
 
 // fail ends the launch as failed. Every attempt is torn down by now.
 func (d *driver) fail(ctx context.Context, cause error) error {
+	paid, err := d.payOwed(ctx, nil)
+	if err != nil {
+		if len(paid) > 0 {
+			d.pending = &journal.Step{Attempts: paid}
+		}
+		return d.stuck(ctx, errors.Join(cause, fmt.Errorf("cleaning up after an earlier attempt: %w", err)))
+	}
 	now := d.now()
 	d.row.State, d.row.Phase, d.row.EndedAt = journal.StateFailed, "", now
 	d.row.LastError, d.row.LastErrorKind = cause.Error(), errorKindName(cause)
 	d.row.InstanceID, d.row.SSHHost, d.row.SSHPort = "", "", 0
-	if err := d.commit(ctx, &journal.Step{Update: &d.row, ReleaseLease: true,
+	if err := d.commit(ctx, &journal.Step{Update: &d.row, ReleaseLease: true, Attempts: paid,
 		Events: []journal.Event{{Type: EvFailed, Message: cause.Error(), ErrorKind: d.row.LastErrorKind}}}); err != nil {
 		return errors.Join(cause, err)
 	}

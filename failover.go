@@ -53,7 +53,7 @@ func (d *driver) afterFailure(ctx context.Context, a *journal.Attempt, err error
 	events := []journal.Event{fe}
 
 	var blocks []journal.Block
-	if !ctxDone && !isPhase {
+	if !ctxDone && !isPhase && !errors.Is(err, errOfferBlocked) { // a block left the queue: it is journaled
 		switch kind {
 		case provider.Capacity, provider.Quota, provider.Unavailable, provider.Failed, provider.Credentials:
 			var o provider.Offer
@@ -66,7 +66,9 @@ func (d *driver) afterFailure(ctx context.Context, a *journal.Attempt, err error
 			}
 		}
 	}
-	if err := d.teardown(ctx, a, &journal.Step{Update: &d.row, Events: events, Blocks: blocks}); err != nil {
+	goesOn := !ctxDone && ((isPhase && pe.phase == PhaseConnect) ||
+		(!isPhase && kind != provider.Transient && kind != provider.InvalidRequest && kind != provider.Credentials))
+	if err := d.teardown(ctx, a, &journal.Step{Update: &d.row, Events: events, Blocks: blocks}, goesOn); err != nil {
 		return d.stuck(ctx, err)
 	}
 	switch {
@@ -99,12 +101,19 @@ func definitive(k provider.ErrorKind) bool {
 // failure and its blocks), when given. It runs on a context detached from
 // the caller's, bounded by the provider's DeleteTimeout, so that Ctrl-C and
 // deadline expiry still clean up.
-func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journal.Step) error {
+//
+// later says the launch goes on with another offer: the cleanup is then
+// owed (CleanedUp stays false) until the next attempt is known, and skipped
+// altogether when that attempt is in the same location (failover in
+// place). What this process knows the attempt never sent is not undone: no
+// look for instances when no create went out, no cleanup when no Prepare
+// request did.
+func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journal.Step, later bool) error {
 	pp, ok := d.p.providers[a.Provider]
 	if !ok {
 		return provider.Errorf(provider.Credentials, a.Provider, "teardown", "provider %q is not configured in this process; configure it to tear down attempt %d", a.Provider, a.N)
 	}
-	dctx, cancel := clock.WithDeadline(context.WithoutCancel(ctx), d.p.clock, d.now().Add(pp.caps.DeleteTimeout))
+	dctx, cancel := detached(ctx, d.p, pp.caps.DeleteTimeout)
 	defer cancel()
 	if a.State != journal.AttemptTearingDown {
 		a.State = journal.AttemptTearingDown
@@ -126,23 +135,59 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 		// the adapter was wrong).
 		window = 0
 	}
-	if !a.CreateSent.IsZero() {
+	us := d.unsent[a.N]
+	if !a.CreateSent.IsZero() && (us == nil || !us.create) {
 		if err := d.deleteInstances(dctx, pp, a, loc, window); err != nil {
 			return fmt.Errorf("tearing down attempt %d in %s/%s: %w", a.N, a.Provider, loc, err)
 		}
 	}
-	if err := d.retry(dctx, pp, a, "cleanup", func(ctx context.Context) error { return pp.Cleanup(ctx, loc, d.row.Name) }); err != nil {
-		return fmt.Errorf("cleaning up attempt %d in %s/%s: %w", a.N, a.Provider, loc, err)
+	how := "side resources cleaned"
+	var cleaned []journal.Attempt
+	switch {
+	case us != nil && us.prepare:
+		a.CleanedUp = true // nothing was made
+		how = "nothing was sent"
+		d.unholdShared(dctx, pp, a.Region)
+	case later:
+		a.CleanedUp = false
+		how = "cleanup waits for the next attempt"
+	default:
+		if err := d.retry(dctx, pp, a, "cleanup", func(ctx context.Context) error { return pp.Cleanup(ctx, loc, d.row.Name) }); err != nil {
+			return fmt.Errorf("cleaning up attempt %d in %s/%s: %w", a.N, a.Provider, loc, err)
+		}
+		a.CleanedUp = true
+		// One Cleanup of the location serves every attempt that owed it.
+		var keep []*journal.Attempt
+		for _, o := range d.owed {
+			if sameLocation(o, a) && o.N != a.N {
+				o.CleanedUp = true
+				cleaned = append(cleaned, *o)
+			} else if o.N != a.N {
+				keep = append(keep, o)
+			}
+		}
+		d.owed = keep
+		d.unholdShared(dctx, pp, a.Region)
 	}
 	d.dropPlacementGroup(dctx, pp, loc)
-	a.State, a.CleanedUp, a.EndedAt = journal.AttemptTornDown, true, d.now()
+	a.State, a.EndedAt = journal.AttemptTornDown, d.now()
+	if !a.CleanedUp {
+		owed := *a
+		d.owed = append(d.owed, &owed)
+	}
 	if d.row.Attempt == a.N {
 		d.row.InstanceID, d.row.SSHHost, d.row.SSHPort = "", "", 0
 	}
-	ev := d.event(EvTornDown, a, fmt.Sprintf("instances %v gone, side resources cleaned", a.InstanceIDs))
+	ev := d.event(EvTornDown, a, fmt.Sprintf("instances %v gone, %s", a.InstanceIDs, how))
 	ev.Time, ev.VM = d.now(), d.row.Name
-	d.pending = &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a}, Events: []journal.Event{ev}}
+	d.pending = &journal.Step{Update: &d.row, Attempts: append(cleaned, *a), Events: []journal.Event{ev}}
 	return nil
+}
+
+// detached returns a context that outlives the caller's cancellation (a
+// teardown after Ctrl-C must still run), bounded by timeout on p's clock.
+func detached(ctx context.Context, p *Provisioner, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return clock.WithDeadline(context.WithoutCancel(ctx), p.clock, p.clock.Now().Add(timeout))
 }
 
 // redeleteAfter is how long an instance whose deletion the cloud accepted
@@ -175,11 +220,7 @@ func (d *driver) deleteInstances(ctx context.Context, pp *paced, a *journal.Atte
 				a.InstanceIDs = append(a.InstanceIDs, id)
 			}
 		}
-		if err := pp.wait(ctx); err != nil {
-			return err
-		}
-		err := pp.Delete(ctx, loc, d.row.Name, ids)
-		pp.note(err)
+		err := pp.call(ctx, "delete", loc, func(ctx context.Context) error { return pp.Delete(ctx, loc, d.row.Name, ids) })
 		if err == nil {
 			now := d.now()
 			for _, id := range ids {
@@ -366,11 +407,10 @@ func (p *Provisioner) deletePlacementGroup(ctx context.Context, pp *paced, loc p
 		return nil
 	}
 	for n := 0; ; n++ {
-		if err := pp.wait(ctx); err != nil {
+		err := pp.call(ctx, "placement-group", loc, func(ctx context.Context) error { return pg.DeletePlacementGroup(ctx, loc, group) })
+		if context.Cause(ctx) != nil {
 			return err
 		}
-		err := pg.DeletePlacementGroup(ctx, loc, group)
-		pp.note(err)
 		if err == nil || (!errors.Is(err, provider.ErrInUse) && provider.KindOf(err) != provider.Transient) {
 			return err
 		}

@@ -80,6 +80,11 @@ type Provisioner struct {
 
 	plans      planCache
 	blockCache blockCache
+	// retention is how long Prune keeps what the journal holds of ended
+	// VMs (WithRetention; see prune.go).
+	retention time.Duration
+	// callObservers receive every primitive call (WithCallObserver).
+	callObservers []func(Call)
 
 	mu      sync.Mutex
 	held    map[string]int      // VM name → number of drivers holding its lease
@@ -219,6 +224,7 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 		clock:     clock.Real,
 		log:       slog.New(slog.DiscardHandler),
 		leaseTTL:  30 * time.Second,
+		retention: DefaultRetention,
 		maxOffers: 8,
 		blockTTL: map[provider.ErrorKind]time.Duration{
 			provider.Capacity:    10 * time.Minute,
@@ -244,7 +250,7 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 	}
 	for _, name := range p.Providers() {
 		pp := p.providers[name]
-		pp.clock = p.clock
+		pp.start(p.clock, p.callObservers)
 		// Every create is stamped with the journal's installation; a
 		// provider that filters on another would never see it again.
 		if err := pp.BindInstallation(j.Installation()); err != nil {

@@ -19,7 +19,11 @@ type listing struct {
 	err     error
 }
 
-// poller coalesces the looks at one location of one provider.
+// poller coalesces the looks at one location of one provider (at every
+// location, for a provider whose Capabilities.ListAll is set). Listings
+// start at most once per PollInterval: every VM polls that often, so one
+// listing per interval serves them all, and a thousand staggered VMs do not
+// keep a listing running all the time.
 type poller struct {
 	mu       sync.Mutex
 	last     *listing // the newest finished listing
@@ -32,11 +36,15 @@ type poller struct {
 // in flight if it does, else a new one. The List call runs on a context of
 // its own (bounded), so one caller giving up does not fail the others.
 func (pp *paced) listFor(ctx context.Context, clk clock.Clock, loc provider.Location, vm string, fresh time.Time) ([]provider.Observed, time.Time, error) {
+	where := loc
+	if pp.caps.ListAll {
+		where = provider.Location{}
+	}
 	pp.mu.Lock()
-	pl := pp.pollers[loc]
+	pl := pp.pollers[where]
 	if pl == nil {
 		pl = &poller{}
-		pp.pollers[loc] = pl
+		pp.pollers[where] = pl
 	}
 	pp.mu.Unlock()
 
@@ -55,9 +63,9 @@ func (pp *paced) listFor(ctx context.Context, clk clock.Clock, loc provider.Loca
 		}
 		l = pl.next
 	default:
-		l = &listing{started: clk.Now(), done: make(chan struct{})}
+		l = &listing{started: pp.nextListing(pl, clk), done: make(chan struct{})}
 		pl.inflight = l
-		go pp.runListing(pl, l, loc, clk)
+		go pp.runListing(pl, l, where, clk)
 	}
 	pl.mu.Unlock()
 
@@ -69,19 +77,51 @@ func (pp *paced) listFor(ctx context.Context, clk clock.Clock, loc provider.Loca
 	if l.err != nil {
 		return nil, time.Time{}, l.err
 	}
-	return l.byVM[vm], l.started, nil
+	if where == loc {
+		return l.byVM[vm], l.started, nil
+	}
+	var here []provider.Observed
+	for _, o := range l.byVM[vm] {
+		if o.Location.Region == loc.Region && (loc.Zone == "" || o.Location.Zone == loc.Zone) {
+			here = append(here, o)
+		}
+	}
+	return here, l.started, nil
+}
+
+// nextListing returns when the poller's next listing may start: now, or one
+// PollInterval after the last one started. pl.mu is held.
+func (pp *paced) nextListing(pl *poller, clk clock.Clock) time.Time {
+	at := clk.Now()
+	var prev *listing
+	switch {
+	case pl.inflight != nil:
+		prev = pl.inflight
+	case pl.last != nil:
+		prev = pl.last
+	}
+	if prev != nil {
+		if t := prev.started.Add(pp.caps.PollInterval); t.After(at) {
+			at = t
+		}
+	}
+	return at
 }
 
 func (pp *paced) runListing(pl *poller, l *listing, loc provider.Location, clk clock.Clock) {
+	defer close(l.done)
+	if err := clk.Sleep(context.Background(), l.started.Sub(clk.Now())); err != nil {
+		l.err = err
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	defer close(l.done)
-	if err := pp.wait(ctx); err != nil {
-		l.err = err
-	} else {
-		var all []provider.Observed
-		all, l.err = pp.lister.List(ctx, loc)
-		pp.note(l.err)
+	var all []provider.Observed
+	l.err = pp.call(withPriority(ctx), "list", loc, func(ctx context.Context) (err error) {
+		all, err = pp.lister.List(ctx, loc)
+		return err
+	})
+	if l.err == nil {
 		l.byVM = make(map[string][]provider.Observed)
 		for _, o := range all {
 			l.byVM[o.VM] = append(l.byVM[o.VM], o)
@@ -96,7 +136,7 @@ func (pp *paced) runListing(pl *poller, l *listing, loc provider.Location, clk c
 	}
 	if n := pl.next; n != nil {
 		pl.next = nil
-		n.started = clk.Now()
+		n.started = pp.nextListing(pl, clk)
 		pl.inflight = n
 		go pp.runListing(pl, n, loc, clk)
 	}

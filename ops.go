@@ -259,7 +259,7 @@ func (d *driver) finishDelete(ctx context.Context) error {
 		if a.State == journal.AttemptTornDown {
 			a.State = journal.AttemptTearingDown // cleanup still owed
 		}
-		if err := d.teardown(ctx, a, nil); err != nil {
+		if err := d.teardown(ctx, a, nil, false); err != nil {
 			return d.stuck(ctx, err)
 		}
 	}
@@ -323,11 +323,14 @@ func (p *Provisioner) Health(ctx context.Context, name string) (provider.Diagnos
 		return provider.Diagnosis{}, fmt.Errorf("gpuprov: VM %s: provider %q is not configured", name, row.Provider)
 	}
 	loc := provider.Location{Region: row.Region, Zone: row.Zone}
-	if err := pp.wait(ctx); err != nil {
-		return provider.Diagnosis{}, err
-	}
-	if dg, ok := pp.CloudProvider.(provider.Diagnoser); ok {
-		return dg.Diagnose(ctx, loc, name, row.InstanceID)
-	}
-	return provider.DiagnoseFromObserve(ctx, pp.CloudProvider, loc, name, row.InstanceID)
+	var dg provider.Diagnosis
+	err = pp.call(ctx, "diagnose", loc, func(ctx context.Context) (err error) {
+		if d, ok := pp.CloudProvider.(provider.Diagnoser); ok {
+			dg, err = d.Diagnose(ctx, loc, name, row.InstanceID)
+		} else {
+			dg, err = provider.DiagnoseFromObserve(ctx, pp.CloudProvider, loc, name, row.InstanceID)
+		}
+		return err
+	})
+	return dg, err
 }

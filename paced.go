@@ -2,11 +2,8 @@ package gpuprov
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/provider"
@@ -26,7 +23,12 @@ const (
 type paced struct {
 	provider.CloudProvider
 	caps provider.Capabilities
-	lim  *rate.Limiter // nil: unlimited
+	pc   *pacer // nil: unlimited
+	// perRequest says the provider paces each request it sends with pc
+	// (provider.RequestPacer), so the core does not pace its primitives.
+	perRequest bool
+	burst      int
+	observers  []func(Call) // the Provisioner's, set by New
 
 	lister provider.Lister // nil: Observe per VM
 	clock  clock.Clock     // the Provisioner's, set by New
@@ -34,6 +36,10 @@ type paced struct {
 	mu        sync.Mutex
 	notBefore time.Time // on clock: no call before it (Retry-After)
 	pollers   map[provider.Location]*poller
+	// shared is, per region, the VMs of this process holding an attempt
+	// whose side resources may include the provider's shared ones (see
+	// shared.go); only for a provider.SharedCleaner.
+	shared map[string]map[string]struct{}
 }
 
 func newPaced(cp provider.CloudProvider) *paced {
@@ -54,19 +60,50 @@ func newPaced(cp provider.CloudProvider) *paced {
 	if l, ok := cp.(provider.Lister); ok {
 		pp.lister = l
 	}
-	if c.RequestsPerSecond > 0 {
-		burst := c.Burst
-		if burst <= 0 {
-			burst = max(1, int(c.RequestsPerSecond))
-		}
-		pp.lim = rate.NewLimiter(rate.Limit(c.RequestsPerSecond), burst)
+	pp.burst = c.Burst
+	if pp.burst <= 0 {
+		pp.burst = max(1, int(c.RequestsPerSecond))
 	}
 	return pp
 }
 
-// wait blocks until the account may make one more API call: after any
-// Retry-After the cloud asked for, and when the token bucket has a token.
-func (pp *paced) wait(ctx context.Context) error {
+// start sets the clock and the observers, makes the account's pacer and
+// hands it to a provider that paces its own requests. New calls it once,
+// before any call.
+func (pp *paced) start(clk clock.Clock, observers []func(Call)) {
+	pp.clock, pp.observers = clk, observers
+	if pp.caps.RequestsPerSecond <= 0 {
+		return
+	}
+	pp.pc = newPacer(clk, pp.caps.RequestsPerSecond, pp.burst)
+	if rp, ok := pp.CloudProvider.(provider.RequestPacer); ok {
+		pp.perRequest = true
+		rp.UsePacer(pp.turn)
+	}
+}
+
+// Context values the pacer reads: a listing's priority, and the stopper of
+// a call made for one offer.
+type (
+	prioKey    struct{}
+	stopperKey struct{}
+)
+
+// withPriority marks ctx's calls as going ahead of the others (listings).
+func withPriority(ctx context.Context) context.Context {
+	return context.WithValue(ctx, prioKey{}, true)
+}
+
+// withStopper makes ctx's calls leave the queue once s says their offer
+// was blocked.
+func withStopper(ctx context.Context, s *stopper) context.Context {
+	return context.WithValue(ctx, stopperKey{}, s)
+}
+
+// turn waits for the account's turn to send one request: after any
+// Retry-After, and when the pacer grants it (the priority and the stopper
+// come from ctx). It is the wait a provider.RequestPacer calls.
+func (pp *paced) turn(ctx context.Context) error {
 	pp.mu.Lock()
 	d := pp.notBefore.Sub(pp.clock.Now())
 	pp.mu.Unlock()
@@ -75,19 +112,48 @@ func (pp *paced) wait(ctx context.Context) error {
 			return err
 		}
 	}
-	if pp.lim == nil {
+	if pp.pc == nil {
 		return nil
 	}
-	now := pp.clock.Now()
-	r := pp.lim.ReserveN(now, 1)
-	if !r.OK() {
-		return fmt.Errorf("gpuprov: %s: rate limiter cannot grant a call", pp.Name())
+	prio, _ := ctx.Value(prioKey{}).(bool)
+	s, _ := ctx.Value(stopperKey{}).(*stopper)
+	var stop leaver
+	if s != nil {
+		stop = s
 	}
-	if err := pp.clock.Sleep(ctx, r.DelayFrom(now)); err != nil {
-		r.CancelAt(pp.clock.Now())
+	if err := pp.pc.wait(ctx, prio, stop); err != nil {
 		return err
 	}
+	if s != nil && pp.perRequest {
+		s.sent.Store(true) // the provider sends its request now
+	}
 	return nil
+}
+
+// call makes one primitive call op in loc: it waits for the account's turn
+// (unless the provider paces its own requests), runs f, notes what the
+// answer says about pacing and hands the call to the observers.
+func (pp *paced) call(ctx context.Context, op string, loc provider.Location, f func(context.Context) error) error {
+	if !pp.perRequest {
+		if err := pp.turn(ctx); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	err := f(ctx)
+	pp.note(err)
+	if len(pp.observers) > 0 {
+		c := Call{Provider: pp.Name(), Op: op, Region: loc.Region, Zone: loc.Zone, Duration: time.Since(start)}
+		if err != nil {
+			c.ErrorKind = errorKindName(err)
+			c.RetryAfter = provider.RetryAfterOf(err)
+			c.Throttled = c.RetryAfter > 0
+		}
+		for _, o := range pp.observers {
+			o(c)
+		}
+	}
+	return err
 }
 
 // note records what an answer says about pacing: a Retry-After pauses the

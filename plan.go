@@ -255,11 +255,10 @@ func (p *Provisioner) planProviders(ctx context.Context, rr *provider.ResourceRe
 			var got []provider.Offer
 			var err error
 			for n := 0; n < 3; n++ {
-				if err = pp.wait(ctx); err != nil {
-					break
-				}
-				got, err = pp.Plan(ctx, asked)
-				pp.note(err)
+				err = pp.call(ctx, "plan", provider.Location{}, func(ctx context.Context) (err error) {
+					got, err = pp.Plan(ctx, asked)
+					return err
+				})
 				if err == nil || provider.KindOf(err) != provider.Transient {
 					break
 				}
@@ -443,6 +442,10 @@ type blockCache struct {
 	at     time.Time
 	blocks []journal.Block
 	valid  bool
+	// added is closed, and replaced, each time this process records a
+	// block: calls queued for an offer (see stopper) look again then.
+	added chan struct{}
+	reads singleflight.Group // one journal read at a time
 }
 
 // activeBlocks returns the blocks in force now, from a read at most
@@ -462,21 +465,59 @@ func (p *Provisioner) activeBlocks(ctx context.Context) ([]journal.Block, error)
 		return live, nil
 	}
 	c.mu.Unlock()
-	blocks, err := p.j.Blocks(ctx, now)
+	v, err, _ := c.reads.Do("", func() (any, error) {
+		// Shared by every caller waiting: one giving up must not fail the
+		// others.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		blocks, err := p.j.Blocks(rctx, now)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.at, c.blocks, c.valid = now, blocks, true
+		c.mu.Unlock()
+		return blocks, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	c.at, c.blocks, c.valid = now, blocks, true
-	c.mu.Unlock()
-	return blocks, nil
+	return v.([]journal.Block), nil
 }
 
-// dropBlockCache makes the next plan read the blocklist afresh.
-func (p *Provisioner) dropBlockCache() {
-	p.blockCache.mu.Lock()
-	p.blockCache.valid = false
-	p.blockCache.mu.Unlock()
+// blocksAdded takes the blocks this process just journaled into the cached
+// read (they take effect at once, without a read of the journal) and tells
+// the calls waiting for an offer to look again.
+func (p *Provisioner) blocksAdded(bs []journal.Block) {
+	c := &p.blockCache
+	c.mu.Lock()
+	if c.valid {
+		for _, b := range bs {
+			if i := slices.IndexFunc(c.blocks, func(x journal.Block) bool { return x.Key == b.Key }); i >= 0 {
+				c.blocks = slices.Clone(c.blocks) // readers may hold the old slice
+				c.blocks[i] = b
+			} else {
+				c.blocks = append(slices.Clip(c.blocks), b)
+			}
+		}
+	}
+	if c.added != nil {
+		close(c.added)
+	}
+	c.added = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// blockAdded returns a channel closed when this process next records a
+// block.
+func (p *Provisioner) blockAdded() <-chan struct{} {
+	c := &p.blockCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.added == nil {
+		c.added = make(chan struct{})
+	}
+	return c.added
 }
 
 // blockedNow reports the block that covers o now, if any (from the shared

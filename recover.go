@@ -384,11 +384,14 @@ func (p *Provisioner) Sweep(ctx context.Context, opts SweepOptions) ([]Orphan, e
 			errs = append(errs, fmt.Errorf("%s cannot list instances (no provider.Lister): not swept", name))
 			continue
 		}
-		if err := pp.wait(ctx); err != nil {
+		var all []provider.Observed
+		err := pp.call(withPriority(ctx), "list", provider.Location{}, func(ctx context.Context) (err error) {
+			all, err = l.List(ctx, provider.Location{})
+			return err
+		})
+		if err != nil && context.Cause(ctx) != nil {
 			return out, err
 		}
-		all, err := l.List(ctx, provider.Location{})
-		pp.note(err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: listing: %w", name, err))
 			continue
@@ -403,11 +406,12 @@ func (p *Provisioner) Sweep(ctx context.Context, opts SweepOptions) ([]Orphan, e
 			}
 			orph := Orphan{Provider: name, Observed: o, Reason: reason}
 			if opts.Delete {
-				if err := pp.wait(ctx); err != nil {
-					return out, err
+				orph.Err = pp.call(ctx, "delete", o.Location, func(ctx context.Context) error {
+					return pp.Delete(ctx, o.Location, o.VM, []string{o.ID})
+				})
+				if cerr := context.Cause(ctx); cerr != nil {
+					return out, cerr
 				}
-				orph.Err = pp.Delete(ctx, o.Location, o.VM, []string{o.ID})
-				pp.note(orph.Err)
 				orph.Deleted = orph.Err == nil
 			}
 			out = append(out, orph)
@@ -421,6 +425,13 @@ func (p *Provisioner) Sweep(ctx context.Context, opts SweepOptions) ([]Orphan, e
 		for _, v := range stuck {
 			if err := p.Delete(ctx, v.Name); err != nil && !errors.Is(err, ErrBusy) {
 				errs = append(errs, err)
+			}
+		}
+		// Shared side resources no instance uses: what a crash, or a
+		// teardown that found one still in use, left.
+		for _, name := range p.Providers() {
+			if err := p.cleanupShared(ctx, p.providers[name], provider.Location{}); err != nil {
+				errs = append(errs, fmt.Errorf("%s: shared side resources: %w", name, err))
 			}
 		}
 	}

@@ -77,7 +77,16 @@ func (d *driver) waitForCapacity(ctx context.Context, why error) error {
 	entering := d.row.State != journal.StateWaiting
 	d.row.State, d.row.Phase, d.row.NextTry = journal.StateWaiting, "", next
 	d.row.LastError, d.row.LastErrorKind = reason, ev.ErrorKind
-	st := &journal.Step{Update: &d.row}
+	// A wait may last hours: what earlier attempts owe is cleaned up
+	// before it, not after.
+	paid, err := d.payOwed(ctx, nil)
+	if err != nil {
+		if len(paid) > 0 {
+			d.pending = &journal.Step{Attempts: paid}
+		}
+		return d.stuck(ctx, fmt.Errorf("cleaning up after an earlier attempt: %w", err))
+	}
+	st := &journal.Step{Update: &d.row, Attempts: paid}
 	if entering {
 		// One journaled event per wait; the refreshes that find nothing
 		// new move NextTry and tell the sinks only.

@@ -404,6 +404,11 @@ type Capabilities struct {
 	// resource they make. Without it, a request with labels is not planned
 	// on the provider.
 	Labels bool
+	// ListAll says the provider is a Lister whose List of a zero Location
+	// (every location) costs about one request per page, whatever the
+	// number of regions and zones: the core then polls every location of
+	// the account with one listing instead of one per location.
+	ListAll bool
 	// CompactPlacement says the provider implements PlacementGrouper and
 	// Create honours InstanceSpec.PlacementGroup. Without it, a compact
 	// cluster is not planned on the provider.

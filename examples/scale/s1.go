@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -66,7 +67,8 @@ type s1Result struct {
 	PeakLive     uint64 // peak live heap (as of each GC)
 	PeakInUse    uint64 // peak heap in use (garbage included)
 	BaseLive     uint64
-	Leftover     int // instances and side resources left after teardown
+	Leftover     int   // instances and side resources left after teardown
+	JournalBytes int64 // the journal's files (database and WAL) once every VM ended
 }
 
 // FloorLead is the floor of the issue: every VM's create at the allowed
@@ -136,6 +138,7 @@ func runS1(ctx context.Context, cfg s1Config) (*s1Result, error) {
 	res.CPU = cpuTime() - cpu0
 	res.PeakLive, res.PeakInUse = hs.Stop()
 	res.PeakRSS = peakRSS()
+	res.JournalBytes = dirSize(cfg.Dir)
 
 	for _, r := range out {
 		switch {
@@ -205,6 +208,18 @@ func runS1(ctx context.Context, cfg s1Config) (*s1Result, error) {
 	return res, nil
 }
 
+// dirSize is the size of the files in dir.
+func dirSize(dir string) int64 {
+	var n int64
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
 // deleteAll deletes every VM of reqs concurrently.
 func deleteAll(ctx context.Context, p *gpuprov.Provisioner, reqs []gpuprov.Request) error {
 	errs := make(chan error, len(reqs))
@@ -264,6 +279,7 @@ func (r *s1Result) Report() string {
 	fmt.Fprintf(&b, "  CPU %.2fs (%.2f ms/VM); peak RSS %.1f MiB; peak live heap %.1f MiB (baseline %.1f MiB) → %.1f KiB per in-flight VM (target ≤ 64); peak heap in use %.1f MiB\n",
 		r.CPU.Seconds(), r.CPU.Seconds()*1000/n, float64(r.PeakRSS)/(1<<20), float64(r.PeakLive)/(1<<20), float64(r.BaseLive)/(1<<20),
 		r.HeapPerVM()/1024, float64(r.PeakInUse)/(1<<20))
+	fmt.Fprintf(&b, "  journal %.1f MiB (%.0f bytes per VM)\n", float64(r.JournalBytes)/(1<<20), float64(r.JournalBytes)/n)
 	if r.Cfg.Teardown {
 		fmt.Fprintf(&b, "  after deleting every VM: %d instances and side resources left\n", r.Leftover)
 	}

@@ -27,12 +27,13 @@ func TestS1Reduced(t *testing.T) {
 	if res.Duplicates+res.Orphans+res.Leftover != 0 {
 		t.Errorf("duplicates %d, orphans %d, left after deleting every VM %d", res.Duplicates, res.Orphans, res.Leftover)
 	}
-	// The target is 3 calls per VM beyond the create; this engine
-	// makes about 4.2 in this scenario (see docs/benchmarks.md: the
-	// stockout failover costs 5 calls on half the VMs). The bound catches
-	// a regression, not the target.
-	if beyond := float64(res.TotalCalls-cfg.VMs) / float64(cfg.VMs); beyond > 5 {
-		t.Errorf("%.2f API calls per VM beyond the create, want ≤ 5", beyond)
+	// The target at 1,000 VMs is 1.2 calls per VM beyond the create, with
+	// the stockout on the path (docs/benchmarks.md: shared firewalls, the
+	// stockout stopping the queue, one listing per account and interval).
+	// At 100 VMs the fixed calls (plans, the firewall, the stockout's
+	// first failed creates) weigh ten times more per VM.
+	if beyond := float64(res.TotalCalls-cfg.VMs) / float64(cfg.VMs); beyond > 1.2 {
+		t.Errorf("%.2f API calls per VM beyond the create, want ≤ 1.2", beyond)
 	}
 }
 

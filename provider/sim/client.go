@@ -85,6 +85,13 @@ type wireFirewall struct {
 	Labels map[string]string `json:"labels"`
 }
 
+// wireFirewallView is a firewall as GET firewalls lists it.
+type wireFirewallView struct {
+	Name   string            `json:"name"`
+	Region string            `json:"region"`
+	Labels map[string]string `json:"labels"`
+}
+
 type wireSSHKey struct {
 	PublicKeys []string          `json:"public_keys"`
 	Labels     map[string]string `json:"labels"`
@@ -111,7 +118,15 @@ type call struct {
 // classified by classify (wrapping an *APIError for an error answer). Every
 // failure to get an answer is Transient: the call may have taken effect.
 func (p *Provider) do(ctx context.Context, c call) error {
-	if p.lim != nil {
+	if p.turn != nil {
+		if err := p.turn(ctx); err != nil {
+			if provider.KindOf(err) == provider.Capacity {
+				return err // the core's pacer: the offer was blocked meanwhile
+			}
+			return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: c.op,
+				Err: fmt.Errorf("%s %s: pacing: %w", c.method, c.path, err)}
+		}
+	} else if p.lim != nil {
 		now := p.clk.Now()
 		r := p.lim.ReserveN(now, 1)
 		if err := p.clk.Sleep(ctx, r.DelayFrom(now)); err != nil {

@@ -57,6 +57,7 @@ var codeKinds = map[string]provider.ErrorKind{
 	"insufficient_funds": provider.Quota, // blocks the provider: see classify
 	"unauthorized":       provider.Credentials,
 	"invalid_request":    provider.InvalidRequest,
+	"unknown_firewall":   provider.Transient, // a shared firewall removed meanwhile: Create says ErrSharedGone
 	"rate_limited":       provider.Transient,
 	"internal":           provider.Transient,
 	"unavailable":        provider.Transient,

@@ -62,21 +62,18 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 	return offers, nil
 }
 
-// Prepare puts the VM's firewall (SSH plus spec.OpenPorts) in the offer's
-// region and, when spec has authorized keys, its SSH key. Both PUTs are
-// idempotent, so a second Prepare adopts what the first made.
+// Prepare puts the installation's shared firewall for the VM's ports (SSH
+// plus spec.OpenPorts; see provider.SharedCleaner) in the offer's region,
+// unless this adapter already did, and, when spec has authorized keys, the
+// VM's SSH key. Both PUTs are idempotent, so a second Prepare adopts what
+// the first made.
 func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
 	name := provider.ResourceName(spec.VM)
-	ports := []wirePort{{Number: 22, Protocol: "tcp"}}
-	for _, pt := range spec.OpenPorts {
-		ports = append(ports, wirePort{Number: pt.Number, Protocol: pt.Protocol})
-	}
-	if err := p.do(ctx, call{op: "prepare", method: http.MethodPut, path: "firewalls/" + url.PathEscape(name),
-		query: url.Values{"region": {offer.Location.Region}},
-		in:    wireFirewall{Ports: ports, Labels: spec.Labels()}}); err != nil {
+	fw, err := p.sharedFirewall(ctx, offer.Location.Region, spec.OpenPorts)
+	if err != nil {
 		return nil, err
 	}
-	prep := prepared{Region: offer.Location.Region, Firewall: name}
+	prep := prepared{Region: offer.Location.Region, Firewall: fw}
 	if len(spec.AuthorizedKeys) > 0 {
 		if err := p.do(ctx, call{op: "prepare", method: http.MethodPut, path: "ssh-keys/" + url.PathEscape(name),
 			in: wireSSHKey{PublicKeys: spec.AuthorizedKeys, Labels: spec.Labels()}}); err != nil {
@@ -116,6 +113,10 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	}
 	var in wireInstance
 	if err := p.do(ctx, call{op: "create", method: http.MethodPost, path: "instances", in: req, out: &in}); err != nil {
+		if IsAPIError(err, "unknown_firewall") {
+			p.forgetFirewall(pr.Region, pr.Firewall)
+			return "", &provider.Error{Kind: provider.Transient, Provider: p.name, Op: "create", Err: fmt.Errorf("%w: %w", provider.ErrSharedGone, err)}
+		}
 		return "", err
 	}
 	if in.ID == "" {
@@ -212,17 +213,10 @@ func (p *Provider) Delete(ctx context.Context, loc provider.Location, vm string,
 	return first
 }
 
-// Cleanup deletes the VM's firewall in loc and its SSH key; what is already
-// gone is success. A firewall still used by an instance that is shutting
-// down is answered 409 conflict, which is Transient.
+// Cleanup deletes the VM's SSH key; what is already gone is success. The
+// firewall is the installation's, shared (see CleanupShared).
 func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string) error {
-	name := provider.ResourceName(vm)
-	err := p.do(ctx, call{op: "cleanup", method: http.MethodDelete, path: "firewalls/" + url.PathEscape(name),
-		query: url.Values{"region": {loc.Region}}})
-	if err != nil && !isNotFound(err) {
-		return err
-	}
-	err = p.do(ctx, call{op: "cleanup", method: http.MethodDelete, path: "ssh-keys/" + url.PathEscape(name)})
+	err := p.do(ctx, call{op: "cleanup", method: http.MethodDelete, path: "ssh-keys/" + url.PathEscape(provider.ResourceName(vm))})
 	if err != nil && !isNotFound(err) {
 		return err
 	}

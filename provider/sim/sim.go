@@ -25,18 +25,27 @@
 // Every API call is a single attempt (go-retryablehttp with RetryMax 0): the
 // core is the only retry layer. errors.go maps each HTTP status and error
 // code to a provider.ErrorKind. With requests_per_second set, every request
-// also waits for a token of the adapter's own bucket, so that primitives
-// that make several requests stay inside the account's limit. The API key
+// also waits for its turn: the core's pacer (provider.RequestPacer) under a
+// Provisioner, else a token of the adapter's own bucket, so that primitives
+// that make several requests, or none, are paced as what they send.
+//
+// Firewalls are shared (provider.SharedCleaner): one per installation,
+// region and port set, named provider.SharedName, made by the first
+// Prepare there and remembered, and removed by CleanupShared once no live
+// instance uses it (the server refuses before). The API key
 // is sent as a bearer token and never logged.
 package sim
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 
 	"github.com/org/gpuprov/clock"
@@ -102,7 +111,20 @@ type Provider struct {
 	lim          *rate.Limiter // nil: unlimited
 	clk          clock.Clock   // times the limiter's waits
 	log          *slog.Logger
+	// turn is the core's pacer (UsePacer); when set, it paces every
+	// request instead of lim.
+	turn func(context.Context) error
+	// firewalls remembers the shared firewalls this adapter made or
+	// adopted, by region/name, so that Prepare makes no call for them
+	// again; firewallMade makes one of each at a time.
+	firewallMu   sync.Mutex
+	firewalls    map[string]bool
+	firewallMade singleflight.Group
 }
+
+// UsePacer makes the core's pacer pace every request (see
+// provider.RequestPacer) instead of the adapter's own bucket.
+func (p *Provider) UsePacer(wait func(context.Context) error) { p.turn = wait }
 
 // Option configures New.
 type Option func(*Provider)
@@ -193,6 +215,7 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		DiskSize:          true, // create's disk_gb
 		Labels:            true, // every resource takes labels
 		CompactPlacement:  true, // placement-groups
+		ListAll:           true, // GET instances without a region: every region, by pages
 	}
 	if p.cfg.NoIdempotencyToken {
 		c.Unsupported = append(c.Unsupported, provider.FeatureIdempotencyToken)

@@ -82,8 +82,11 @@ func TestLifecycleWithSSH(t *testing.T) {
 	if len(res.Firewalls) != 1 || len(res.SSHKeys) != 1 {
 		t.Fatalf("side resources after two prepares: %+v", res)
 	}
-	if fw := res.Firewalls[0]; fw.Name != "gpuprov-vm1" || fw.Region != "us-east" || len(fw.Ports) != 2 || fw.Ports[1].Number != 6443 ||
-		fw.Labels[provider.LabelVM] != "vm1" || fw.Labels[provider.LabelInstallation] != installation {
+	// The firewall is the installation's, shared by every VM with these
+	// ports in the region: no VM label.
+	if fw := res.Firewalls[0]; fw.Name != provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}}) ||
+		fw.Region != "us-east" || len(fw.Ports) != 2 || fw.Ports[1].Number != 6443 ||
+		fw.Labels[provider.LabelVM] != "" || fw.Labels[provider.LabelShared] != "true" || fw.Labels[provider.LabelInstallation] != installation {
 		t.Fatalf("firewall %+v", fw)
 	}
 
@@ -136,8 +139,10 @@ func TestLifecycleWithSSH(t *testing.T) {
 		}
 		return err != nil
 	})
-	// The firewall is still in use by the stopping instance.
-	errKind(t, e.p.Cleanup(ctx, loc, "vm1"), provider.Transient)
+	// The shared firewall is still in use by the stopping instance.
+	if err := e.p.CleanupShared(ctx, loc); !errors.Is(err, provider.ErrInUse) || provider.KindOf(err) != provider.Transient {
+		t.Fatalf("CleanupShared while the instance stops: %v, want Transient ErrInUse", err)
+	}
 	e.clk.Advance(deleteTime)
 	if obs := e.observe(t, loc, "vm1"); len(obs) != 0 {
 		t.Fatalf("after delete time: %+v", obs)
@@ -147,8 +152,14 @@ func TestLifecycleWithSSH(t *testing.T) {
 			t.Fatalf("cleanup %d: %v", i, err)
 		}
 	}
+	if res, _ := e.srv.SideResources(cloudName); len(res.Firewalls) != 1 || len(res.SSHKeys) != 0 {
+		t.Fatalf("side resources after cleanup: %+v, want the shared firewall only", res)
+	}
+	if err := e.p.CleanupShared(ctx, provider.Location{}); err != nil {
+		t.Fatalf("CleanupShared once nothing uses it: %v", err)
+	}
 	if res, _ := e.srv.SideResources(cloudName); len(res.Firewalls)+len(res.SSHKeys) != 0 {
-		t.Fatalf("side resources after cleanup: %+v", res)
+		t.Fatalf("side resources after CleanupShared: %+v", res)
 	}
 	if err := e.p.Delete(ctx, loc, "vm1", []string{id, "i-unknown"}); err != nil {
 		t.Fatalf("delete of gone and unknown ids: %v", err)

@@ -200,7 +200,7 @@ func (s *Server) createInstance(c *cloud, _ *http.Request, body []byte, now time
 		}
 	}
 	if req.Firewall != "" && c.firewalls[firewallKey(of.Region, req.Firewall)] == nil {
-		return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "unknown firewall %q in region %s", req.Firewall, of.Region)
+		return 0, nil, errorf(http.StatusBadRequest, CodeUnknownFirewall, "unknown firewall %q in region %s", req.Firewall, of.Region)
 	}
 	boot, aerr := parseUserData(req.UserData, key)
 	if aerr != nil {

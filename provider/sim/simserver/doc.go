@@ -93,7 +93,8 @@
 //
 // Errors are {"error":{"code":"...","message":"..."}} with these codes:
 //
-//	400 invalid_request     malformed body, unknown offer, missing firewall or key, bad cloud-config
+//	400 invalid_request     malformed body, unknown offer, missing key, bad cloud-config
+//	400 unknown_firewall    a create naming a firewall the region does not have
 //	401 unauthorized        missing or wrong API key (or admin token)
 //	402 insufficient_funds  the account cannot pay (Faults.InsufficientFunds)
 //	403 quota_exceeded      region quota (Faults.QuotaRegions, Faults.InstanceQuota)

@@ -92,7 +92,7 @@ func TestAuthAndErrorBodies(t *testing.T) {
 		{"POST", "/clouds/c1/v1/instances", s.APIKey("c1"), map[string]any{"offer_id": "nope", "name": "x"}, 400, CodeInvalidRequest},
 		{"POST", "/clouds/c1/v1/instances", s.APIKey("c1"), map[string]any{"offer_id": "a-t4x1-euw1b", "name": "x", "colour": "red"}, 400, CodeInvalidRequest},
 		{"POST", "/clouds/c1/v1/instances", s.APIKey("c1"), map[string]any{"offer_id": "a-t4x1-euw1b", "name": "x", "user_data": "#cloud-config\nssh_keys: [\n"}, 400, CodeInvalidRequest},
-		{"POST", "/clouds/c1/v1/instances", s.APIKey("c1"), map[string]any{"offer_id": "a-t4x1-euw1b", "name": "x", "firewall": "fw"}, 400, CodeInvalidRequest},
+		{"POST", "/clouds/c1/v1/instances", s.APIKey("c1"), map[string]any{"offer_id": "a-t4x1-euw1b", "name": "x", "firewall": "fw"}, 400, CodeUnknownFirewall},
 		{"PUT", "/clouds/c1/v1/firewalls/fw", s.APIKey("c1"), map[string]any{"ports": []any{}}, 400, CodeInvalidRequest},
 		{"PUT", "/clouds/c1/v1/firewalls/fw?region=r", s.APIKey("c1"), map[string]any{"ports": []any{map[string]any{"number": 0, "protocol": "tcp"}}}, 400, CodeInvalidRequest},
 		{"DELETE", "/clouds/c1/v1/ssh-keys/k", s.APIKey("c1"), nil, 404, CodeNotFound},

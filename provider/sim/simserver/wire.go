@@ -173,6 +173,7 @@ func (s Stats) clone() Stats {
 // Error codes of the API; see the package documentation.
 const (
 	CodeInvalidRequest    = "invalid_request"
+	CodeUnknownFirewall   = "unknown_firewall"
 	CodeUnauthorized      = "unauthorized"
 	CodeInsufficientFunds = "insufficient_funds"
 	CodeQuotaExceeded     = "quota_exceeded"

@@ -1,0 +1,143 @@
+package gpuprov
+
+import (
+	"context"
+	"errors"
+
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
+)
+
+// Shared side resources (provider.SharedCleaner): a firewall every VM of
+// the installation in a region uses. Removing one is safe only when no
+// instance uses it; the cloud refusing to delete a resource in use is what
+// guarantees that across processes, and a create that finds it gone makes
+// it again (provider.ErrSharedGone). Within a process, the Provisioner
+// keeps the set of its VMs holding an attempt in each region, so that it
+// asks to remove a region's shared resources only when the last of them is
+// torn down, instead of after every teardown.
+
+// holdShared records that vm has an attempt in region whose side resources
+// may include the shared ones.
+func (pp *paced) holdShared(region, vm string) {
+	if _, ok := pp.CloudProvider.(provider.SharedCleaner); !ok {
+		return
+	}
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if pp.shared == nil {
+		pp.shared = map[string]map[string]struct{}{}
+	}
+	if pp.shared[region] == nil {
+		pp.shared[region] = map[string]struct{}{}
+	}
+	pp.shared[region][vm] = struct{}{}
+}
+
+// releaseShared records that vm holds nothing in region any more, and
+// reports whether it was the last VM of this process there.
+func (pp *paced) releaseShared(region, vm string) (last bool) {
+	if _, ok := pp.CloudProvider.(provider.SharedCleaner); !ok {
+		return false
+	}
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	delete(pp.shared[region], vm)
+	if len(pp.shared[region]) == 0 {
+		delete(pp.shared, region)
+		return true
+	}
+	return false
+}
+
+// cleanupShared asks the provider to remove its shared side resources in
+// loc (every region for a zero Location). A resource an instance still
+// uses (another process's VM, or one whose deletion the cloud has not
+// finished) is left, and not an error: the next teardown there, or Sweep,
+// removes it.
+func (p *Provisioner) cleanupShared(ctx context.Context, pp *paced, loc provider.Location) error {
+	sc, ok := pp.CloudProvider.(provider.SharedCleaner)
+	if !ok {
+		return nil
+	}
+	err := pp.call(ctx, "cleanup-shared", loc, func(ctx context.Context) error { return sc.CleanupShared(ctx, loc) })
+	if errors.Is(err, provider.ErrInUse) && provider.KindOf(err) == provider.Transient {
+		p.log.Debug("shared side resources left in use", "provider", pp.Name(), "location", loc, "err", err)
+		return nil
+	}
+	return err
+}
+
+// unholdShared ends vm's hold on region after a cleanup there and, when it
+// was the last VM of this process in the region, removes the shared side
+// resources, best effort: one that is left costs nothing and is removed by
+// a later teardown or by Sweep.
+func (d *driver) unholdShared(ctx context.Context, pp *paced, region string) {
+	for _, o := range d.owed {
+		if o.Provider == pp.Name() && o.Region == region {
+			return // an attempt still owes its cleanup there
+		}
+	}
+	if !pp.releaseShared(region, d.row.Name) {
+		return
+	}
+	if err := d.p.cleanupShared(ctx, pp, provider.Location{Region: region}); err != nil {
+		d.p.log.Warn("shared side resources left", "provider", pp.Name(), "region", region, "err", err)
+	}
+}
+
+// Failover in place. The teardown of a failed attempt leaves its cleanup
+// owed (CleanedUp false) when the launch goes on: the next attempt, when it
+// is in the same provider and location, uses the same side resources, so
+// cleaning them up only to make them again would cost calls and time.
+
+// sameLocation reports whether attempts a and b are in one provider and
+// location.
+func sameLocation(a, b *journal.Attempt) bool {
+	return a.Provider == b.Provider && a.Region == b.Region && a.Zone == b.Zone
+}
+
+// payOwed cleans up every owed attempt that next (nil: none) is not in the
+// location of, and returns the attempts it marked cleaned up, to journal.
+// A cleanup that fails is returned as the error, with the attempts cleaned
+// up before it.
+func (d *driver) payOwed(ctx context.Context, next *journal.Attempt) ([]journal.Attempt, error) {
+	var done []journal.Attempt
+	var keep []*journal.Attempt
+	for i, o := range d.owed {
+		if next != nil && sameLocation(o, next) {
+			keep = append(keep, o)
+			continue
+		}
+		if err := d.cleanupAttempt(ctx, o); err != nil {
+			d.owed = append(keep, d.owed[i:]...)
+			return done, err
+		}
+		done = append(done, *o)
+	}
+	d.owed = keep
+	for _, o := range done {
+		if pp, ok := d.p.providers[o.Provider]; ok && (next == nil || next.Provider != o.Provider || next.Region != o.Region) {
+			d.unholdShared(ctx, pp, o.Region)
+		}
+	}
+	return done, nil
+}
+
+// cleanupAttempt runs the Cleanup attempt a owes, on a context detached
+// from the caller's and bounded by the provider's DeleteTimeout, and marks
+// it cleaned up.
+func (d *driver) cleanupAttempt(ctx context.Context, a *journal.Attempt) error {
+	pp, ok := d.p.providers[a.Provider]
+	if !ok {
+		return provider.Errorf(provider.Credentials, a.Provider, "teardown", "provider %q is not configured in this process; configure it to clean up attempt %d", a.Provider, a.N)
+	}
+	dctx, cancel := detached(ctx, d.p, pp.caps.DeleteTimeout)
+	defer cancel()
+	loc := provider.Location{Region: a.Region, Zone: a.Zone}
+	if err := d.retry(dctx, pp, a, "cleanup", func(ctx context.Context) error { return pp.Cleanup(ctx, loc, d.row.Name) }); err != nil {
+		return err
+	}
+	a.CleanedUp = true
+	return nil
+}
