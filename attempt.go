@@ -38,6 +38,12 @@ func (d *driver) runAttempt(ctx context.Context, a *journal.Attempt, resumed boo
 	if err := json.Unmarshal(a.Offer, &offer); err != nil {
 		return fmt.Errorf("gpuprov: journaled offer of attempt %d does not parse: %w", a.N, err)
 	}
+	if resumed {
+		// Taken over from the journal: its instance may use the region's
+		// shared side resources, so this process's teardowns there must
+		// not ask to remove them.
+		pp.holdShared(a.Region, d.row.Name)
+	}
 	for {
 		var err error
 		switch a.Phase {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -184,6 +185,14 @@ var crashScenarios = []crashScenario{
 // nothing is duplicated and the VM ended ready or cleanly failed. It
 // returns the number of writes the launch made (when it did not crash).
 func runCrash(t *testing.T, sc crashScenario, k int) (writes int, crashed bool) {
+	return runCrashWith(t, sc, k, false)
+}
+
+// runCrashWith is runCrash, with shared side resources (pt.SharedFake)
+// when shared is set: then no shared resource may have been removed while
+// an instance of its region was live, a ready VM's region still has its
+// shared resource, and after the VM is deleted and Sweep ran none is left.
+func runCrashWith(t *testing.T, sc crashScenario, k int, shared bool) (writes int, crashed bool) {
 	clk := clock.NewFake(t0)
 	stop := clk.AutoAdvance()
 	defer stop()
@@ -191,6 +200,19 @@ func runCrash(t *testing.T, sc crashScenario, k int) (writes int, crashed bool) 
 	sc.setup(fakes)
 	e := newEnvWith(t, clk, fakes)
 	e.p.Close() // the env's own provisioner is not used
+	if shared {
+		e.useShared()
+		defer func() {
+			if t.Failed() {
+				return
+			}
+			for _, sf := range e.shared {
+				if n := sf.DeletedInUse(); n > 0 {
+					t.Errorf("k=%d: %s: %d shared resources removed while an instance of their region was live", k, sf.Name(), n)
+				}
+			}
+		}()
+	}
 
 	mutating := func() int {
 		n := 0
@@ -246,6 +268,32 @@ func runCrash(t *testing.T, sc crashScenario, k int) (writes int, crashed bool) 
 	if row.State != journal.StateReady && row.State != journal.StateFailed {
 		t.Fatalf("k=%d: ended %s", k, row.State)
 	}
+	if shared {
+		if sf := e.shared[row.Provider]; row.State == journal.StateReady && !slices.Contains(sf.Shared(), row.Region) {
+			t.Fatalf("k=%d: ready VM in %s/%s has no shared resource there (%v)", k, row.Provider, row.Region, sf.Shared())
+		}
+		if row.State == journal.StateReady {
+			if err := p2.Delete(context.Background(), name); err != nil {
+				t.Fatalf("k=%d: delete: %v", k, err)
+			}
+		}
+		// As a user reruns `down --all` when a listing failed (the read
+		// API half down answers every other call 503).
+		var err error
+		for range 3 {
+			if _, err = p2.Sweep(context.Background(), gpuprov.SweepOptions{Delete: true}); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("k=%d: sweep: %v", k, err)
+		}
+		for _, sf := range e.shared {
+			if left := sf.Shared(); len(left) > 0 {
+				t.Fatalf("k=%d: %s: shared resources left after delete and sweep: %v", k, sf.Name(), left)
+			}
+		}
+	}
 	// Killed before the failure was journaled, the next process may adopt
 	// the instance and finish; once it was journaled, the launch ends as it
 	// was ending. Either way no other offer is tried.
@@ -256,6 +304,23 @@ func runCrash(t *testing.T, sc crashScenario, k int) (writes int, crashed bool) 
 		t.Fatalf("k=%d: an aborting launch ended %s after %d attempts, want %d", k, row.State, row.Attempt, n)
 	}
 	return writes, true
+}
+
+// TestCrashAtEveryJournalWriteWithSharedResources is the same with a
+// shared side resource per region on both clouds.
+func TestCrashAtEveryJournalWriteWithSharedResources(t *testing.T) {
+	for _, sc := range crashScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			total, _ := runCrashWith(t, sc, -1, true)
+			for k := 0; k < total; k++ {
+				t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
+					if _, crashed := runCrashWith(t, sc, k, true); !crashed {
+						t.Fatalf("did not crash at write %d of %d", k+1, total)
+					}
+				})
+			}
+		})
+	}
 }
 
 // TestCrashAtEveryJournalWrite kills the engine after each journal write of

@@ -29,6 +29,8 @@ type env struct {
 	// observeOnly hides the fakes' List method, so the engine observes
 	// each VM separately instead of sharing a listing.
 	observeOnly bool
+	// shared wraps each fake in a pt.SharedFake (see useShared).
+	shared map[string]*pt.SharedFake
 
 	mu     sync.Mutex
 	events []gpuprov.Event
@@ -81,7 +83,9 @@ func (e *env) provisioner(j journal.Journal, opts ...gpuprov.Option) *gpuprov.Pr
 		gpuprov.WithEvents(func(ev gpuprov.Event) { e.mu.Lock(); e.events = append(e.events, ev); e.mu.Unlock() }),
 	}
 	for _, f := range e.fakes {
-		if e.observeOnly {
+		if sf := e.shared[f.Name()]; sf != nil {
+			base = append(base, gpuprov.WithProvider(sf))
+		} else if e.observeOnly {
 			base = append(base, gpuprov.WithProvider(noList{f}))
 		} else {
 			base = append(base, gpuprov.WithProvider(f))
@@ -93,6 +97,15 @@ func (e *env) provisioner(j journal.Journal, opts ...gpuprov.Option) *gpuprov.Pr
 	}
 	e.t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// useShared makes the env's fakes shared-resource fakes, for the
+// Provisioners built from now on.
+func (e *env) useShared() {
+	e.shared = map[string]*pt.SharedFake{}
+	for _, f := range e.fakes {
+		e.shared[f.Name()] = pt.NewSharedFake(f)
+	}
 }
 
 // noList is a provider without provider.Lister.
