@@ -157,6 +157,8 @@ type Provider struct {
 	zoneIDs map[string]map[string]string // region → zone name → zone id, where an endpoint needed it
 	creds   []awssdk.Credentials         // the credentials calls were signed with, newest last
 	sec     *redact.Secrets              // every value of creds, masked in error texts
+
+	groups groupCache // the shared security groups made or adopted (shared.go)
 }
 
 // recentCreate is an id Create returned, kept for ConsistencyWindow so that
@@ -322,8 +324,9 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		RequestsPerSecond: cmpOr(p.cfg.RequestsPerSecond, 5),
 		Burst:             burst,
 		// The root volume's size (a block device mapping); tags on the
-		// instance, its volumes, its security group and key pair; cluster
-		// placement groups (placement.go).
+		// instance, its volumes and its key pair (the shared security
+		// group carries provider.SharedLabels only: it is no one VM's);
+		// cluster placement groups (placement.go).
 		DiskSize: true, Labels: true, CompactPlacement: true,
 	}
 }
@@ -449,4 +452,5 @@ var (
 	_ provider.Diagnoser        = (*Provider)(nil)
 	_ provider.Lister           = (*Provider)(nil)
 	_ provider.PlacementGrouper = (*Provider)(nil)
+	_ provider.SharedCleaner    = (*Provider)(nil)
 )

@@ -254,9 +254,10 @@ func TestCreateRejectsMissingDetail(t *testing.T) {
 // TestRunInstancesTakesTheRequestsDiskAndLabels: an offer whose disk the core
 // sized (Request.DiskGB) launches with a root block device mapping of that
 // size on the image's root device (read with DescribeImages), and the
-// caller's labels are tags on the instance, its volumes, its security group
-// and its key pair beside the identity. A disk below the image's root
-// snapshot is refused at Prepare, before anything is launched.
+// caller's labels are tags on the instance, its volumes and its key pair
+// beside the identity, but not on the shared security group, which is no
+// one VM's (provider.SharedLabels). A disk below the image's root snapshot
+// is refused at Prepare, before anything is launched.
 func TestRunInstancesTakesTheRequestsDiskAndLabels(t *testing.T) {
 	e := newEnv(t, awsConfig())
 	spec := newSpec(t, "needs")
@@ -285,14 +286,15 @@ func TestRunInstancesTakesTheRequestsDiskAndLabels(t *testing.T) {
 			t.Errorf("%s tags %v; want the caller's labels and the identity", rt, tags)
 		}
 	}
-	for _, action := range []string{"CreateSecurityGroup", "ImportKeyPair"} {
-		reqs := e.f.requests(action)
-		if len(reqs) == 0 {
-			t.Fatalf("no %s", action)
-		}
-		if tags := tagSpec(reqs[0].Form, map[string]string{"CreateSecurityGroup": "security-group", "ImportKeyPair": "key-pair"}[action]); tags["team"] != "ml" {
-			t.Errorf("%s tags %v lack the caller's labels", action, tags)
-		}
+	keys, groups := e.f.requests("ImportKeyPair"), e.f.requests("CreateSecurityGroup")
+	if len(keys) == 0 || len(groups) == 0 {
+		t.Fatalf("%d ImportKeyPair, %d CreateSecurityGroup", len(keys), len(groups))
+	}
+	if tags := tagSpec(keys[0].Form, "key-pair"); tags["team"] != "ml" || tags["gpuprov"] != "needs" {
+		t.Errorf("key pair tags %v lack the caller's labels or the identity", tags)
+	}
+	if tags := tagSpec(groups[0].Form, "security-group"); tags["team"] != "" || tags["gpuprov"] != "" || tags[provider.LabelShared] != "true" {
+		t.Errorf("shared security group tags %v; want the shared labels, no VM's labels or identity", tags)
 	}
 
 	// Smaller than the image's 100 GB root snapshot: refused up front.

@@ -25,24 +25,32 @@
 //	           to the catalog.
 //	Prepare    DescribeVpcs (is-default) + DescribeSubnets (vpc-id, availability-zone-id,
 //	           default-for-az), or DescribeSubnets of the configured subnet;
-//	           CreateSecurityGroup gpuprov-<vm> (InvalidGroup.Duplicate → DescribeSecurityGroups,
-//	           adopt if it carries this installation) + AuthorizeSecurityGroupIngress per port
-//	           (tcp/22 and OpenPorts; InvalidPermission.Duplicate is success);
+//	           the shared security group (below): nothing when it is remembered, else
+//	           CreateSecurityGroup gpuprov-fw-<hash> (InvalidGroup.Duplicate → DescribeSecurityGroups,
+//	           adopt if it is this installation's shared group) + AuthorizeSecurityGroupIngress per
+//	           port it does not open yet (tcp/22 and OpenPorts; InvalidPermission.Duplicate is success);
 //	           ImportKeyPair gpuprov-<vm> (InvalidKeyPair.Duplicate is success);
 //	           ssm:GetParameter of the image parameter unless an image is given.
 //	Create     RunInstances: one instance, ClientToken, NetworkInterfaces[0] with the subnet,
 //	           group and a public IP, KeyName, tags on instance and volume, base64 cloud-init
 //	           user-data, InstanceInitiatedShutdownBehavior terminate, IMDSv2, spot market
 //	           options for a spot offer, and Placement.GroupName for a compact cluster's node.
+//	           InvalidGroup.NotFound (the shared group went since Prepare) is Transient and
+//	           matches provider.ErrSharedGone.
 //	Observe    DescribeInstances filtered on tag:gpuprov, tag:gpuprov-installation, the live
 //	           states and the zone; plus DescribeInstances by id for an id Create returned
 //	           within the consistency window (InvalidInstanceID.NotFound: not visible yet).
 //	List       DescribeInstances filtered on tag:gpuprov-installation and tag-key gpuprov,
 //	           per region.
 //	Delete     TerminateInstances; InvalidInstanceID.NotFound is success.
-//	Cleanup    DescribeSecurityGroups + DeleteSecurityGroup (DependencyViolation is
-//	           Transient; InvalidGroup.NotFound is success), DescribeKeyPairs + DeleteKeyPair,
-//	           both found by name and installation tag.
+//	Cleanup    DescribeKeyPairs + DeleteKeyPair, found by name and installation tag; and a
+//	           per-VM group gpuprov-<vm> made before groups were shared, found by name,
+//	           installation tag and the VM's tag gpuprov=<vm> (which no shared group carries):
+//	           DescribeSecurityGroups + DeleteSecurityGroup (DependencyViolation is Transient;
+//	           InvalidGroup.NotFound is success). Never the shared group.
+//	CleanupShared  DescribeSecurityGroups (tag:gpuprov-installation, tag:gpuprov-shared) +
+//	           DeleteSecurityGroup of each, in the region or every region; DependencyViolation
+//	           leaves the group and matches provider.ErrInUse; InvalidGroup.NotFound is success.
 //	EnsurePlacementGroup  CreatePlacementGroup (strategy cluster, tagged); InvalidPlacementGroup.
 //	           Duplicate → DescribePlacementGroups, adopt a cluster group of this installation.
 //	DeletePlacementGroup  DescribePlacementGroups + DeletePlacementGroup of this installation's
@@ -55,6 +63,23 @@
 // EC2 answers with HTTP 500, must reach it as Capacity instead of being
 // retried. errors.go maps each error code to a provider.ErrorKind, by code
 // before status.
+//
+// # The shared security group
+//
+// The VMs of an installation that open the same ports in one VPC share one
+// security group (provider.SharedCleaner) instead of one each, which at a
+// thousand VMs would cost as many EC2 calls as the instances. It is named
+// provider.SharedName(installation, ports), gpuprov-fw-<12 hex digits>, for
+// the port set tcp/22 and OpenPorts (in any order), and tagged Name,
+// gpuprov-installation and gpuprov-shared=true: no VM's identity and no
+// caller's labels. The provider remembers each group it made or adopted (by
+// region, VPC and name), so only the first Prepare of a group sends
+// security-group requests, and concurrent first Prepares make one group. A
+// group found made already (by another process, or by one that died before
+// opening its ports) is adopted and its missing rules opened. Cleanup never
+// touches it; CleanupShared deletes it once no instance uses it (EC2 refuses
+// while one does, shutting-down included). Per-VM groups gpuprov-<vm> made
+// before groups were shared are still removed by their VM's Cleanup.
 //
 // Zones are availability-zone ids (use1-az4), which name the same physical
 // zone in every account; zone names (us-east-1a) are shuffled per account.

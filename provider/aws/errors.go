@@ -44,6 +44,12 @@ var codeKinds = map[string]provider.ErrorKind{
 	"DependencyViolation":     provider.Transient, // a security group still used by an instance shutting down
 	"IncorrectState":          provider.Transient,
 	"IncorrectInstanceState":  provider.Transient,
+	// a security group that does not exist, or whose id has not propagated
+	// yet: deleted since Prepare made or remembered it (CleanupShared of
+	// another process), which the next Prepare repairs. RunInstances turns
+	// it into provider.ErrSharedGone (shared.go); DeleteSecurityGroup reads
+	// it as success.
+	"InvalidGroup.NotFound": provider.Transient,
 	// stockouts
 	"InsufficientInstanceCapacity":          provider.Capacity, // server (HTTP 500): no capacity for this type here
 	"InsufficientAddressCapacity":           provider.Capacity, // server: not enough addresses (zone)

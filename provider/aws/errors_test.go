@@ -74,6 +74,7 @@ func TestClassify(t *testing.T) {
 		{"RequestTimeout", 400, provider.Transient, provider.ScopeOffer, refNone},
 		{"DependencyViolation", 400, provider.Transient, provider.ScopeOffer, refClient + ": the object has dependent resources; remove them, then retry"},
 		{"IncorrectInstanceState", 400, provider.Transient, provider.ScopeOffer, refClient + ": the instance is in an incorrect state for the action"},
+		{"InvalidGroup.NotFound", 400, provider.Transient, provider.ScopeOffer, refClient + ": the security group does not exist; the id of a recently created one may not have propagated"},
 		// account limits
 		{"InstanceLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on instances you can run concurrently"},
 		{"VcpuLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on vCPUs of running instances"},

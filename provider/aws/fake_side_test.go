@@ -55,10 +55,17 @@ func (f *fakeEC2) securityGroups(r *fakeReq) *http.Response {
 		var b strings.Builder
 		for _, id := range ids {
 			sg := f.sgs[id]
-			fmt.Fprintf(&b, `<item><groupId>%s</groupId><groupName>%s</groupName><vpcId>%s</vpcId>%s</item>`, sg.ID, sg.Name, sg.VPC, tagsXML(sg.Tags))
+			fmt.Fprintf(&b, `<item><groupId>%s</groupId><groupName>%s</groupName><vpcId>%s</vpcId>%s%s</item>`,
+				sg.ID, sg.Name, sg.VPC, tagsXML(sg.Tags), sg.permissionsXML())
 		}
 		return answer("DescribeSecurityGroups", `<securityGroupInfo>`+b.String()+`</securityGroupInfo>`)
 	default: // DeleteSecurityGroup
+		// EC2 API Reference, errors-overview: DependencyViolation "The
+		// specified object has dependent resources … Remove the
+		// dependencies first, then retry your request"; a group that an
+		// instance's network interface uses is such an object until the
+		// instance is terminated. InvalidGroup.NotFound: "The specified
+		// security group does not exist."
 		id := r.Form.Get("GroupId")
 		if _, ok := f.sgs[id]; !ok {
 			return ec2Error(400, "InvalidGroup.NotFound", "The security group '"+id+"' does not exist")
@@ -71,6 +78,22 @@ func (f *fakeEC2) securityGroups(r *fakeReq) *http.Response {
 		delete(f.sgs, id)
 		return answer("DeleteSecurityGroup", `<return>true</return><groupId>`+id+`</groupId>`)
 	}
+}
+
+// permissionsXML is the group's inbound rules as DescribeSecurityGroups
+// lists them (EC2 API Reference, SecurityGroup ipPermissions: IpPermission
+// ipProtocol, fromPort, toPort, ipRanges/item/cidrIp), each open to
+// 0.0.0.0/0 (the fake refuses any other source).
+func (sg *fakeSG) permissionsXML() string {
+	var b strings.Builder
+	b.WriteString(`<ipPermissions>`)
+	for _, rule := range sg.Rules {
+		proto, port, _ := strings.Cut(rule, "/")
+		fmt.Fprintf(&b, `<item><ipProtocol>%s</ipProtocol><fromPort>%s</fromPort><toPort>%s</toPort><ipRanges><item><cidrIp>0.0.0.0/0</cidrIp></item></ipRanges></item>`,
+			proto, port, port)
+	}
+	b.WriteString(`</ipPermissions>`)
+	return b.String()
 }
 
 // keyPairs serves the key-pair actions. Callers hold f.mu.

@@ -381,8 +381,11 @@ func (f *fakeEC2) runInstances(r *fakeReq) *http.Response {
 			r.Form.Get("InstanceType"), zoneName(zoneID), strings.Join(names, ", ")))
 	}
 	sg := r.Form.Get("NetworkInterface.1.SecurityGroupId.1")
-	if _, ok := f.sgs[sg]; !ok {
-		return ec2Error(400, "InvalidGroup.NotFound", "no group "+sg)
+	if g, ok := f.sgs[sg]; !ok || g.Region != r.Region {
+		// EC2 API Reference, errors-overview: InvalidGroup.NotFound "The
+		// specified security group does not exist"; the message is EC2's
+		// answer to RunInstances as quoted in getmoto/moto#5484.
+		return ec2Error(400, "InvalidGroup.NotFound", "The security group '"+sg+"' does not exist in VPC 'vpc-0def00000000000a1'")
 	}
 	pg := r.Form.Get("Placement.GroupName")
 	if resp := f.checkPlacement(r.Region, pg, zoneID); resp != nil {

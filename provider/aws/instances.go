@@ -49,7 +49,9 @@ func isASCII(s string) bool {
 // cloud-init user-data (host key, authorized keys) and the idempotency
 // token, terminating itself on shutdown, on the spot market when the offer
 // is spot, in spec.PlacementGroup when it names one (Placement.GroupName).
-// A replay with the same token returns the same instance.
+// A replay with the same token returns the same instance. A security group
+// that is gone (InvalidGroup.NotFound) is a Transient error matching
+// provider.ErrSharedGone (see groupGone).
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	var d offerDetail
 	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.InstanceType == "" {
@@ -104,6 +106,9 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 		}
 		return e
 	})
+	if IsCode(err, "InvalidGroup.NotFound") {
+		return "", p.groupGone(region, pr.SecurityGroup, err)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -243,13 +248,7 @@ func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string
 // when loc is zero: one DescribeInstances (all pages) per region, with the
 // zone, when loc names one, filtered here (see inZone).
 func (p *Provider) List(ctx context.Context, loc provider.Location) ([]provider.Observed, error) {
-	regions := []string{loc.Region}
-	if loc.Region == "" {
-		regions = p.cfg.Regions
-		if len(regions) == 0 {
-			regions = p.cat.Regions()
-		}
-	}
+	regions := p.regions(loc)
 	filters := []types.Filter{filter("tag:"+provider.LabelInstallation, p.installation), filter("tag-key", provider.LabelVM),
 		filter("instance-state-name", liveStates...)}
 	var out []provider.Observed
@@ -362,17 +361,23 @@ func (p *Provider) Delete(ctx context.Context, loc provider.Location, vm string,
 	return first
 }
 
-// Cleanup deletes the security group and key pair Prepare made for vm in
-// loc's region, found by name and installation tag. A group still used by
-// an instance that is shutting down answers DependencyViolation, which is
-// Transient; what is already gone is success.
+// Cleanup deletes the key pair Prepare made for vm in loc's region, and
+// the per-VM security group gpuprov-<vm> that Prepare made before security
+// groups were shared (an attempt journaled by an older version), both
+// found by name and tags: the group by its name, this installation and
+// the VM's own tag (gpuprov=<vm>), which a shared group never carries, so
+// that a shared group is never touched, even one whose name gpuprov-fw-…
+// a VM named fw-… would share (CleanupShared removes those). A group still
+// used by an instance that is shutting down answers DependencyViolation,
+// which is Transient; what is already gone is success.
 func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string) error {
 	c := p.ec2For(loc.Region)
 	name := provider.ResourceName(vm)
 	var sgs *ec2.DescribeSecurityGroupsOutput
 	err := p.call(ctx, "cleanup", func(ctx context.Context) (e error) {
 		sgs, e = c.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{Filters: []types.Filter{
-			filter("group-name", name), filter("tag:"+provider.LabelInstallation, p.installation)}})
+			filter("group-name", name), filter("tag:"+provider.LabelInstallation, p.installation),
+			filter("tag:"+provider.LabelVM, vm)}})
 		return e
 	})
 	if err != nil {
@@ -380,6 +385,10 @@ func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string
 	}
 	var ids []string
 	for _, sg := range sgs.SecurityGroups {
+		if awssdk.ToString(sg.GroupName) != name || tagValue(sg.Tags, provider.LabelInstallation) != p.installation ||
+			tagValue(sg.Tags, provider.LabelVM) != vm || tagValue(sg.Tags, provider.LabelShared) != "" {
+			continue // the filter's answer is checked, not trusted
+		}
 		ids = append(ids, awssdk.ToString(sg.GroupId))
 	}
 	slices.Sort(ids)

@@ -145,29 +145,29 @@ func TestDeleteOfMissingIDsIsSuccess(t *testing.T) {
 	}
 }
 
-// Cleanup while the instance shuts down meets DependencyViolation:
-// Transient; once it is gone, the group and the key go too.
-func TestCleanupWaitsForTheInstance(t *testing.T) {
+// Cleanup while the instance shuts down removes the VM's own key pair at
+// once and leaves the shared security group, which CleanupShared removes
+// once the instance is gone (TestCleanupSharedSweepsEverything); a per-VM
+// group from before groups were shared still waits for its instance
+// (TestCleanupRemovesAPerVMGroupFromBefore).
+func TestCleanupLeavesTheSharedGroup(t *testing.T) {
 	e := newEnv(t, awsConfig())
 	ctx := context.Background()
 	o, id := e.launch(t, l4, newSpec(t, "clean"))
 	if err := e.p.Delete(ctx, o.Location, "clean", []string{id}); err != nil {
 		t.Fatal(err)
 	}
-	err := e.p.Cleanup(ctx, o.Location, "clean")
-	pe := errKind(t, err, provider.Transient)
-	if pe.Op != "cleanup" {
-		t.Fatalf("op %q", pe.Op)
+	for i := range 2 {
+		if err := e.p.Cleanup(ctx, o.Location, "clean"); err != nil {
+			t.Fatalf("cleanup %d while the instance shuts down: %v", i+1, err)
+		}
 	}
-	if side := e.f.side(); len(side) != 2 {
-		t.Fatalf("side resources after a refused cleanup: %v", side)
+	shared := provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}})
+	if side := e.f.side(); !slices.Equal(side, []string{"sg:us-east-1/" + shared}) {
+		t.Fatalf("side resources after cleanup: %v, want the shared group only", side)
 	}
-	e.clk.Advance(deleteTime)
-	if err := e.p.Cleanup(ctx, o.Location, "clean"); err != nil {
-		t.Fatalf("cleanup once the instance is gone: %v", err)
-	}
-	if side := e.f.side(); len(side) != 0 {
-		t.Fatalf("side resources left: %v", side)
+	if n := len(e.f.requests("DeleteSecurityGroup")); n != 0 {
+		t.Fatalf("Cleanup sent %d DeleteSecurityGroup", n)
 	}
 }
 
@@ -201,8 +201,9 @@ func TestPrepareAdoptsAndOpensPorts(t *testing.T) {
 	sg := e.f.sgs[pr.SecurityGroup]
 	key := e.f.keys["us-east-1|gpuprov-prep"]
 	e.f.mu.Unlock()
-	if sg == nil || sg.Name != "gpuprov-prep" || sg.Tags["gpuprov"] != "prep" || sg.Tags["gpuprov-installation"] != installation ||
-		!slices.Equal(sg.Rules, []string{"tcp/22", "tcp/6443"}) {
+	shared := provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}})
+	if sg == nil || sg.Name != shared || sg.Tags["gpuprov"] != "" || sg.Tags["gpuprov-installation"] != installation ||
+		sg.Tags[provider.LabelShared] != "true" || !slices.Equal(sg.Rules, []string{"tcp/22", "tcp/6443"}) {
 		t.Fatalf("security group %+v", sg)
 	}
 	if key == nil || key.Material != spec.AuthorizedKeys[0] || key.Tags["gpuprov"] != "prep" {
@@ -213,17 +214,6 @@ func TestPrepareAdoptsAndOpensPorts(t *testing.T) {
 		ssm[0].Header.Get("X-Amz-Target") != "AmazonSSM.GetParameter" || ssm[0].Region != "us-east-1" {
 		t.Fatalf("SSM requests %+v", ssm)
 	}
-}
-
-func TestPrepareRefusesAnotherInstallationsGroup(t *testing.T) {
-	e := newEnv(t, awsConfig())
-	o := e.offer(t, l4)
-	e.f.mu.Lock()
-	e.f.sgs["sg-0other"] = &fakeSG{ID: "sg-0other", Region: "us-east-1", VPC: "vpc-0def00000000000a1", Name: "gpuprov-twin",
-		Tags: map[string]string{"gpuprov": "twin", "gpuprov-installation": "other"}}
-	e.f.mu.Unlock()
-	_, err := e.p.Prepare(context.Background(), &o, newSpec(t, "twin"))
-	errKind(t, err, provider.InvalidRequest)
 }
 
 func TestPrepareImage(t *testing.T) {

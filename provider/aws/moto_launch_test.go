@@ -65,8 +65,9 @@ func newMotoProvisioner(t *testing.T, url string, cfg aws.Config, opts ...aws.Op
 }
 
 // motoView is what moto itself holds of one VM of one installation in one
-// region: its instances that are not terminated, its security groups and
-// its key pairs (raw DescribeInstances, DescribeSecurityGroups,
+// region: its instances that are not terminated, the installation's shared
+// security groups (tag:gpuprov-installation and tag:gpuprov-shared) and
+// the VM's key pairs (raw DescribeInstances, DescribeSecurityGroups,
 // DescribeKeyPairs through the SDK).
 type motoView struct {
 	Instances      []types.Instance
@@ -98,7 +99,8 @@ func viewMoto(t *testing.T, url, region, inst, vm string) motoView {
 		}
 	}
 	sgs, err := raw.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{Filters: []types.Filter{
-		{Name: awssdk.String("group-name"), Values: []string{name}}}}, opt)
+		{Name: awssdk.String("tag:" + provider.LabelInstallation), Values: []string{inst}},
+		{Name: awssdk.String("tag:" + provider.LabelShared), Values: []string{"true"}}}}, opt)
 	if err != nil {
 		t.Fatalf("moto DescribeSecurityGroups in %s: %v", region, err)
 	}
@@ -118,8 +120,9 @@ func viewMoto(t *testing.T, url, region, inst, vm string) motoView {
 
 // A whole launch on moto: Launch returns a ready VM whose instance moto
 // runs, tagged with the VM and the journal's installation, in the
-// security group and with the key pair Prepare made; Delete leaves moto
-// holding nothing of the VM.
+// installation's shared security group and with the key pair Prepare
+// made; Delete leaves moto holding nothing of the VM, and, since it was
+// the installation's last VM in the region, not the shared group either.
 func TestMotoProvisionerLaunchAndDelete(t *testing.T) {
 	url := mototest.URL(t)
 	prov, db := newMotoProvisioner(t, url, aws.Config{Regions: []string{"us-east-1"}, Image: mototest.AMI})
@@ -249,7 +252,7 @@ func TestMotoProvisionerFailsOverAnUnknownInstanceType(t *testing.T) {
 // A launch with a boot disk size and labels on moto: moto's instance has a
 // root volume of that size on the image's root device (read by the adapter
 // through DescribeImages) and carries the labels as tags beside the
-// identity, as does its security group.
+// identity; its shared security group carries the shared labels only.
 func TestMotoProvisionerDiskAndLabels(t *testing.T) {
 	url := mototest.URL(t)
 	prov, db := newMotoProvisioner(t, url, aws.Config{Regions: []string{"us-east-1"}, Image: mototest.AMI})
@@ -294,12 +297,13 @@ func TestMotoProvisionerDiskAndLabels(t *testing.T) {
 	if err != nil || len(sgs.SecurityGroups) != 1 {
 		t.Fatalf("DescribeSecurityGroups: %v", err)
 	}
-	found := false
+	sgTags := map[string]string{}
 	for _, tg := range sgs.SecurityGroups[0].Tags {
-		found = found || awssdk.ToString(tg.Key) == "team" && awssdk.ToString(tg.Value) == "ml"
+		sgTags[awssdk.ToString(tg.Key)] = awssdk.ToString(tg.Value)
 	}
-	if !found {
-		t.Errorf("security group tags %v lack team=ml", sgs.SecurityGroups[0].Tags)
+	if sgTags["team"] != "" || sgTags[provider.LabelVM] != "" || sgTags[provider.LabelShared] != "true" ||
+		sgTags[provider.LabelInstallation] != db.Installation() {
+		t.Errorf("shared security group tags %v; want the installation and %s=true, no VM's labels", sgTags, provider.LabelShared)
 	}
 	if err := prov.Delete(ctx, vm.Name); err != nil {
 		t.Fatal(err)

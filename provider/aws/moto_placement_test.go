@@ -111,6 +111,11 @@ func placementScenario(t *testing.T, p placementProvider, raw *ec2.Client, inst 
 	if err := p.Cleanup(ctx, loc, spec.VM); err != nil {
 		t.Fatalf("cleanup: %v", err)
 	}
+	if sc, ok := p.(provider.SharedCleaner); ok {
+		if err := sc.CleanupShared(ctx, loc); err != nil {
+			t.Fatalf("cleanup of the shared security group: %v", err)
+		}
+	}
 }
 
 // The scenario against the httpmock fake, which serves the placement-group

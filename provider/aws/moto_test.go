@@ -120,9 +120,10 @@ func TestMotoConformance(t *testing.T) {
 	})
 }
 
-// Every primitive in order against moto, then moto's own view (raw
-// DescribeInstances, DescribeSecurityGroups, DescribeKeyPairs) shows
-// nothing of the VM left.
+// Every primitive in order against moto, then CleanupShared, then moto's
+// own view (raw DescribeInstances, DescribeSecurityGroups,
+// DescribeKeyPairs) shows nothing of the VM left, nor the shared group,
+// which Cleanup left.
 func TestMotoPrimitivesInOrder(t *testing.T) {
 	url := mototest.URL(t)
 	raw := mototest.EC2(url)
@@ -182,6 +183,19 @@ func TestMotoPrimitivesInOrder(t *testing.T) {
 		if err := p.Cleanup(ctx, o.Location, vm); err != nil {
 			t.Fatalf("cleanup %d: %v", i+1, err)
 		}
+	}
+	sharedFilter := []types.Filter{{Name: awssdk.String("tag:" + provider.LabelInstallation), Values: []string{inst}},
+		{Name: awssdk.String("tag:" + provider.LabelShared), Values: []string{"true"}}}
+	if sgs, err := raw.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{Filters: sharedFilter}); err != nil || len(sgs.SecurityGroups) != 1 {
+		t.Fatalf("after Cleanup moto holds shared groups %+v (%v), want the one Prepare made", sgs, err)
+	}
+	for i := range 2 {
+		if err := p.CleanupShared(ctx, o.Location); err != nil {
+			t.Fatalf("cleanup of the shared group %d: %v", i+1, err)
+		}
+	}
+	if sgs, err := raw.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{Filters: sharedFilter}); err != nil || len(sgs.SecurityGroups) != 0 {
+		t.Errorf("moto still holds shared groups %+v (%v)", sgs, err)
 	}
 
 	ins, err := raw.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{

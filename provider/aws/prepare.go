@@ -34,7 +34,6 @@ func filter(name string, values ...string) types.Filter {
 	return types.Filter{Name: awssdk.String(name), Values: values}
 }
 
-// tags is the VM identity every resource carries.
 // tags are what every resource of the VM carries: its Name, the caller's
 // labels (InstanceSpec.UserLabels) and gpuprov's identity.
 func (p *Provider) tags(spec *provider.InstanceSpec) []types.Tag {
@@ -57,11 +56,14 @@ func tagValue(tags []types.Tag, key string) string {
 }
 
 // Prepare finds the subnet of the offer's zone (the configured subnet, or
-// the default-for-zone subnet of the configured or default VPC), makes the
-// security group gpuprov-<vm> (SSH and spec.OpenPorts from anywhere),
-// imports spec.AuthorizedKeys[0] as key pair gpuprov-<vm>, and resolves
-// the image. Everything it finds already made for this VM in this
-// installation is adopted, so a second Prepare is harmless.
+// the default-for-zone subnet of the configured or default VPC), makes or
+// adopts the installation's shared security group for SSH and
+// spec.OpenPorts in that VPC (shared.go: one per installation, VPC and port
+// set, named provider.SharedName; no request at all when this provider
+// made or adopted it before), imports spec.AuthorizedKeys[0] as key pair
+// gpuprov-<vm>, and resolves the image. Everything it finds already made
+// for this VM in this installation is adopted, so a second Prepare is
+// harmless.
 func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
 	region, zone := offer.Location.Region, offer.Location.Zone
 	c := p.ec2For(region)
@@ -70,7 +72,7 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 	if pr.VPC, pr.Subnet, err = p.subnet(ctx, c, zone); err != nil {
 		return nil, err
 	}
-	if pr.SecurityGroup, err = p.securityGroup(ctx, c, pr.VPC, spec); err != nil {
+	if pr.SecurityGroup, err = p.securityGroup(ctx, c, region, pr.VPC, spec); err != nil {
 		return nil, err
 	}
 	if len(spec.AuthorizedKeys) > 0 {
@@ -161,63 +163,6 @@ func (p *Provider) subnet(ctx context.Context, c *ec2.Client, zone string) (vpc,
 	}
 	slices.Sort(ids)
 	return vpc, ids[0], nil
-}
-
-// securityGroup makes (or adopts) gpuprov-<vm> in vpc and opens SSH and
-// spec.OpenPorts, one rule per call so that a rule already there does not
-// hide one that is missing.
-func (p *Provider) securityGroup(ctx context.Context, c *ec2.Client, vpc string, spec *provider.InstanceSpec) (string, error) {
-	name := provider.ResourceName(spec.VM)
-	var id string
-	err := p.call(ctx, "prepare", func(ctx context.Context) error {
-		out, e := c.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{
-			GroupName: awssdk.String(name), VpcId: awssdk.String(vpc),
-			Description:       awssdk.String("gpuprov VM " + spec.VM),
-			TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeSecurityGroup, Tags: p.tags(spec)}},
-		})
-		if e == nil {
-			id = awssdk.ToString(out.GroupId)
-		}
-		return e
-	})
-	if IsCode(err, "InvalidGroup.Duplicate") {
-		var out *ec2.DescribeSecurityGroupsOutput
-		err = p.call(ctx, "prepare", func(ctx context.Context) (e error) {
-			out, e = c.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{
-				Filters: []types.Filter{filter("group-name", name), filter("vpc-id", vpc)}})
-			return e
-		})
-		if err != nil {
-			return "", err
-		}
-		if len(out.SecurityGroups) == 0 {
-			return "", provider.Errorf(provider.Transient, p.name, "prepare", "security group %s exists but is not listed yet", name)
-		}
-		sg := out.SecurityGroups[0]
-		if inst := tagValue(sg.Tags, provider.LabelInstallation); inst != p.installation {
-			return "", provider.Errorf(provider.InvalidRequest, p.name, "prepare",
-				"security group %s in %s belongs to installation %q, not this one; use another VM name", name, vpc, inst)
-		}
-		id = awssdk.ToString(sg.GroupId)
-	} else if err != nil {
-		return "", err
-	}
-	ports := append([]provider.Port{{Number: 22, Protocol: "tcp"}}, spec.OpenPorts...)
-	for _, pt := range ports {
-		err := p.call(ctx, "prepare", func(ctx context.Context) error {
-			_, e := c.AuthorizeSecurityGroupIngress(ctx, &ec2.AuthorizeSecurityGroupIngressInput{
-				GroupId: awssdk.String(id),
-				IpPermissions: []types.IpPermission{{IpProtocol: awssdk.String(pt.Protocol),
-					FromPort: awssdk.Int32(int32(pt.Number)), ToPort: awssdk.Int32(int32(pt.Number)),
-					IpRanges: []types.IpRange{{CidrIp: awssdk.String("0.0.0.0/0"), Description: awssdk.String("gpuprov " + pt.String())}}}},
-			})
-			return e
-		})
-		if err != nil && !IsCode(err, "InvalidPermission.Duplicate") {
-			return "", err
-		}
-	}
-	return id, nil
 }
 
 // keyPair imports spec.AuthorizedKeys[0] as gpuprov-<vm>; one that exists

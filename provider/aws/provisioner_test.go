@@ -13,6 +13,7 @@ import (
 	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/aws"
 	pt "github.com/org/gpuprov/provider/providertest"
 )
@@ -21,8 +22,9 @@ import (
 // in the first zone of us-east-1, VcpuLimitExceeded in the next zone of
 // us-east-1, and succeeds in us-west-2. The journal shows the three
 // attempts, the offer block and the region block, and each teardown; the
-// cloud holds only the ready VM's instance, security group and key, and
-// nothing at all once the VM is deleted.
+// cloud holds only the ready VM's instance and key and the shared security
+// group of its region, and nothing at all once the VM is deleted (the
+// core's CleanupShared after the installation's last VM in the region).
 func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 	clk := clock.NewFake(t0)
 	stop := clk.AutoAdvance()
@@ -115,7 +117,10 @@ func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 	if len(live) != 1 || live[0].ID != vm.InstanceID || live[0].Region != "us-west-2" || live[0].State != "running" {
 		t.Fatalf("live instances %+v, want only %s", live, vm.InstanceID)
 	}
-	if side := f.side(); !slices.Equal(side, []string{"key:us-west-2/gpuprov-train", "sg:us-west-2/gpuprov-train"}) {
+	// us-east-1's shared group went when the core cleaned up there (no
+	// instance of its used it); us-west-2's serves the ready VM.
+	shared := provider.SharedName(db.Installation(), []provider.Port{{Number: 22, Protocol: "tcp"}})
+	if side := f.side(); !slices.Equal(side, []string{"key:us-west-2/gpuprov-train", "sg:us-west-2/" + shared}) {
 		t.Fatalf("side resources %v", side)
 	}
 
