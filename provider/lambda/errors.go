@@ -85,11 +85,15 @@ const (
 	CodeInvalidParameters = "global/invalid-parameters"
 	// ApiErrorInstanceNotFound, ApiErrorLaunchResourceNotFound,
 	// ApiErrorFirewallRulesetNotFound: 404 of instances/{id}, terminate,
-	// launch (also 400), firewall-rulesets/{id}.
+	// launch (also 400), firewall-rulesets/{id}. On launch it does not say
+	// what is missing; when the shared ruleset is (the listing decides),
+	// Create's error matches provider.ErrSharedGone (shared.go).
 	CodeObjectDoesNotExist = "global/object-does-not-exist"
 	// ApiErrorInternal: firewall-rulesets POST, PATCH, DELETE 409.
 	CodeInternal = "global/internal-error"
-	// ApiErrorFirewallRulesetInUse: firewall-rulesets/{id} DELETE 400.
+	// ApiErrorFirewallRulesetInUse: firewall-rulesets/{id} DELETE 400, for
+	// a ruleset an instance uses; CleanupShared's error then matches
+	// provider.ErrInUse.
 	CodeRulesetInUse = "firewall-rulesets/firewall-ruleset-in-use"
 	// The description's "Provider errors": codes prefixed provider/ come
 	// from upstream services; provider/internal-unavailable is its example.
@@ -110,9 +114,9 @@ var codeKinds = map[string]provider.ErrorKind{
 	CodeAccountInactive:       provider.Credentials,
 	CodeInvalidAddress:        provider.Credentials, // billing address: nothing works until fixed
 	CodeInvalidParameters:     provider.InvalidRequest,
-	CodeObjectDoesNotExist:    provider.InvalidRequest, // launch: image, key or ruleset missing; deletes treat it as gone first
+	CodeObjectDoesNotExist:    provider.InvalidRequest, // launch: image, key or type missing (a shared ruleset: Transient, ErrSharedGone); deletes treat it as gone first
 	CodeInternal:              provider.Transient,
-	CodeRulesetInUse:          provider.Transient, // an instance still terminating holds it
+	CodeRulesetInUse:          provider.Transient, // an instance (maybe one still terminating) holds it
 	CodeProviderUnavailable:   provider.Transient,
 	CodeProviderQuota:         provider.Capacity, // the upstream provider is exhausted
 }

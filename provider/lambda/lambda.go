@@ -40,10 +40,12 @@ type Config struct {
 	// ImageFamily is the image family to launch (e.g. "lambda-stack-22-04");
 	// empty means Lambda's default, the latest Lambda Stack.
 	ImageFamily string `toml:"image_family" json:"image_family"`
-	// NoFirewall skips the per-VM firewall ruleset (for regions without
+	// NoFirewall skips the firewall ruleset (for regions without
 	// rulesets); Capabilities then lists FeatureFirewall.
 	NoFirewall bool `toml:"no_firewall" json:"no_firewall"`
-	// SourceNetwork is the CIDR the VM's ruleset admits; default 0.0.0.0/0.
+	// SourceNetwork is the CIDR the rulesets admit; default 0.0.0.0/0.
+	// Every process of an installation should use the same: a shared
+	// ruleset is found by name, which does not depend on it.
 	SourceNetwork string `toml:"source_network" json:"source_network"`
 	// PollInterval is how often the core observes a booting or deleting
 	// instance; zero means 10s.
@@ -78,6 +80,8 @@ type Provider struct {
 
 	mu         sync.Mutex
 	lastLaunch time.Time // the last launch request sent, for LaunchInterval
+
+	rulesets rulesetCache // the shared rulesets made or adopted (shared.go)
 }
 
 // New returns the provider of cfg. A missing API key is an error.
@@ -109,7 +113,9 @@ func (p *Provider) BindInstallation(id string) error {
 }
 
 // Capabilities: no spot, no idempotency token, no zones; user-data (the
-// host key is injected) and per-VM firewall rulesets are supported. The
+// host key is injected) and OpenPorts are supported, through a firewall
+// ruleset shared by the installation's VMs in a region that open the
+// same ports (provider.SharedCleaner). The
 // account is paced at Lambda's documented 1 request/s.
 func (p *Provider) Capabilities() provider.Capabilities {
 	c := provider.Capabilities{
@@ -141,10 +147,13 @@ func orDefault(d, def time.Duration) time.Duration {
 // InstanceName is the name of vm's instance: gpuprov-<vm>.
 func InstanceName(vm string) string { return provider.ResourceName(vm) }
 
-// SideName is the name of vm's SSH key and firewall ruleset:
-// gpuprov-<vm>-<5 characters derived from the installation>, at most 64
-// characters. Keys and rulesets carry no tags, so the installation lives in
-// the name; two journals sharing the account never touch each other's.
+// SideName is the name of vm's SSH key (and of the per-VM firewall
+// ruleset that Prepare made before rulesets were shared, which Cleanup
+// still removes): gpuprov-<vm>-<5 characters derived from the
+// installation>, at most 64 characters. Keys and rulesets carry no tags, so
+// the installation lives in the name; two journals sharing the account
+// never touch each other's. The shared ruleset is named
+// provider.SharedName, derived from the installation too.
 func SideName(vm, installation string) string {
 	return provider.ResourceName(vm) + "-" + installationTag(installation)
 }
@@ -158,4 +167,5 @@ var (
 	_ provider.CloudProvider = (*Provider)(nil)
 	_ provider.Diagnoser     = (*Provider)(nil)
 	_ provider.Lister        = (*Provider)(nil)
+	_ provider.SharedCleaner = (*Provider)(nil)
 )

@@ -63,12 +63,17 @@ func TestPrepareRegistersKeyAndRulesetOnce(t *testing.T) {
 	if got := e.api.SSHKeys(); !slices.Equal(got, []string{name}) {
 		t.Fatalf("keys %v, want [%s]", got, name)
 	}
-	if got := e.api.Rulesets(); !slices.Equal(got, []string{name}) {
-		t.Fatalf("rulesets %v", got)
+	// The ruleset is the installation's for these ports, not the VM's.
+	shared := provider.SharedName(installation, s.OpenPorts)
+	if got := e.api.Rulesets(); !slices.Equal(got, []string{shared}) {
+		t.Fatalf("rulesets %v, want [%s]", got, shared)
 	}
 	posts := e.api.Calls(http.MethodPost, "/firewall-rulesets")
 	if len(posts) != 1 {
 		t.Fatalf("%d ruleset creates, want 1", len(posts))
+	}
+	if n := len(e.api.Calls(http.MethodGet, "/firewall-rulesets")); n != 1 {
+		t.Fatalf("%d ruleset listings, want 1: the second Prepare knows the ruleset", n)
 	}
 	var rs struct {
 		Name, Region string
@@ -258,8 +263,6 @@ func TestCleanupDeletesExactlyTheVMsResources(t *testing.T) {
 	if _, err := e.p.Prepare(context.Background(), &o, spec("keep")); err != nil {
 		t.Fatal(err)
 	}
-	// The ruleset is in use while the instance lives: Transient.
-	kindOf(t, e.p.Cleanup(context.Background(), o.Location, "train"), provider.Transient)
 	if err := e.p.Delete(context.Background(), o.Location, "train", []string{id}); err != nil {
 		t.Fatal(err)
 	}
@@ -273,8 +276,12 @@ func TestCleanupDeletesExactlyTheVMsResources(t *testing.T) {
 	if got := e.api.SSHKeys(); !slices.Equal(got, []string{keep}) {
 		t.Fatalf("keys after cleanup %v, want only %s", got, keep)
 	}
-	if got := e.api.Rulesets(); !slices.Equal(got, []string{keep}) {
-		t.Fatalf("rulesets after cleanup %v", got)
+	// The shared ruleset is left to CleanupShared: keep's Prepare names it.
+	if got, want := e.api.Rulesets(), []string{provider.SharedName(installation, spec("keep").OpenPorts)}; !slices.Equal(got, want) {
+		t.Fatalf("rulesets after cleanup %v, want %v", got, want)
+	}
+	if n := len(e.api.Calls(http.MethodDelete, "/firewall-rulesets/")); n != 0 {
+		t.Fatalf("Cleanup sent %d ruleset deletes, want none", n)
 	}
 }
 

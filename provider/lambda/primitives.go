@@ -28,6 +28,10 @@ type prepared struct {
 	SSHKey    string `json:"ssh_key"`
 	SSHKeyID  string `json:"ssh_key_id"`
 	RulesetID string `json:"firewall_ruleset_id,omitempty"`
+	// RulesetName is the shared ruleset's name (provider.SharedName); empty
+	// in what a Prepare made before rulesets were shared, whose RulesetID
+	// is the VM's own ruleset, SideName.
+	RulesetName string `json:"firewall_ruleset_name,omitempty"`
 }
 
 // Plan reads GET /instance-types, Lambda's live catalog, and returns one
@@ -95,9 +99,12 @@ func gpuOf(t wireInstanceType) (provider.GPUModel, bool) {
 }
 
 // Prepare registers the VM's SSH key (the first authorized key; Lambda
-// launches take exactly one) and, unless NoFirewall, creates the VM's
-// firewall ruleset in the offer's region admitting SSH and spec.OpenPorts.
-// Both are found by name first, so a second Prepare adopts them.
+// launches take exactly one) and, unless NoFirewall, makes or adopts the
+// installation's shared firewall ruleset for spec.OpenPorts in the offer's
+// region (shared.go), which admits SSH and those ports. The key is found
+// by name first, so a second Prepare adopts it; the ruleset's id is
+// remembered, so that a Prepare in a region whose ruleset for those ports
+// this provider made or adopted before sends no firewall request.
 func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
 	if len(spec.AuthorizedKeys) == 0 {
 		return nil, provider.Errorf(provider.InvalidRequest, p.base.Name, "prepare", "Lambda launches need an SSH key and the spec has no authorized key")
@@ -109,11 +116,11 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 	}
 	prep := prepared{Region: offer.Location.Region, SSHKey: key.Name, SSHKeyID: key.ID}
 	if !p.cfg.NoFirewall {
-		rs, err := p.ensureRuleset(ctx, name, offer.Location.Region, spec.OpenPorts)
+		id, rsName, err := p.sharedRuleset(ctx, offer.Location.Region, spec.OpenPorts)
 		if err != nil {
 			return nil, err
 		}
-		prep.RulesetID = rs.ID
+		prep.RulesetID, prep.RulesetName = id, rsName
 	}
 	b, err := json.Marshal(prep)
 	if err != nil {
@@ -152,49 +159,17 @@ func (p *Provider) ensureKey(ctx context.Context, name, public string) (wireSSHK
 	return out.Data, nil
 }
 
-func (p *Provider) ensureRuleset(ctx context.Context, name, region string, ports []provider.Port) (wireRuleset, error) {
-	var list struct {
-		Data []wireRuleset `json:"data"`
-	}
-	if err := p.call(ctx, "prepare", http.MethodGet, "/firewall-rulesets", nil, nil, &list); err != nil {
-		return wireRuleset{}, err
-	}
-	for _, rs := range list.Data {
-		if rs.Name == name && rs.Region.Name == region {
-			return rs, nil
-		}
-	}
-	rules := []wireRule{{Protocol: "tcp", PortRange: []int{22, 22}, SourceNetwork: p.cfg.SourceNetwork, Description: "gpuprov: ssh"}}
-	for _, pt := range ports {
-		// NetworkProtocol is the enum tcp, udp, icmp, all, in lower case;
-		// a port range goes with tcp and udp only.
-		proto := strings.ToLower(pt.Protocol)
-		if proto != "tcp" && proto != "udp" {
-			return wireRuleset{}, provider.Errorf(provider.InvalidRequest, p.base.Name, "prepare",
-				"port %s: Lambda firewall rules open ports for tcp or udp only", pt)
-		}
-		rules = append(rules, wireRule{Protocol: proto, PortRange: []int{pt.Number, pt.Number},
-			SourceNetwork: p.cfg.SourceNetwork, Description: "gpuprov: " + pt.String()})
-	}
-	var out struct {
-		Data wireRuleset `json:"data"`
-	}
-	in := map[string]any{"name": name, "region": region, "rules": rules}
-	if err := p.call(ctx, "prepare", http.MethodPost, "/firewall-rulesets", nil, in, &out); err != nil {
-		return wireRuleset{}, err
-	}
-	p.base.Log.Info("lambda: created firewall ruleset", "provider", p.base.Name, "ruleset", name, "region", region)
-	return out.Data, nil
-}
-
 // Create first lists the instances and adopts one that already carries the
 // VM's identity in the offer's region (Lambda has no idempotency key, so a
 // replayed create must not launch a second machine). Otherwise it sends one
 // POST /instance-operations/launch named gpuprov-<vm>, tagged with the
 // identity, with the cloud-init user-data (host key, authorized keys), the
-// registered key and the VM's ruleset. Launches are paced at
+// registered key and the shared ruleset. Launches are paced at
 // Config.LaunchInterval: a create that comes too early sends nothing and is
-// Transient with RetryAfter set to the time left.
+// Transient with RetryAfter set to the time left. A launch refused because
+// the shared ruleset is gone (another process's CleanupShared removed it
+// after this VM's Prepare) is Transient and matches provider.ErrSharedGone
+// (sharedGone); the ruleset is forgotten, so the next Prepare makes it.
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	var d offerDetail
 	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.InstanceType == "" || d.Region == "" {
@@ -235,6 +210,9 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 		} `json:"data"`
 	}
 	if err := p.call(ctx, "create", http.MethodPost, "/instance-operations/launch", nil, in, &out); err != nil {
+		if pr.RulesetName != "" && IsAPIError(err, CodeObjectDoesNotExist) {
+			return "", p.sharedGone(ctx, pr, err)
+		}
 		return "", err
 	}
 	if len(out.Data.InstanceIDs) == 0 {
@@ -332,18 +310,19 @@ func (p *Provider) Delete(ctx context.Context, loc provider.Location, vm string,
 	return first
 }
 
-// Cleanup deletes the VM's firewall ruleset in loc and its SSH key; what is
-// gone already is success. A ruleset or key still held by a terminating
-// instance is answered ...-in-use, which is Transient.
+// Cleanup deletes the VM's SSH key and, in loc, a firewall ruleset of the
+// VM's own (SideName) that a Prepare made before rulesets were shared;
+// what is gone already is success. It never touches the shared ruleset
+// (CleanupShared does). A per-VM ruleset still held by a terminating
+// instance is answered firewall-rulesets/firewall-ruleset-in-use, which is
+// Transient.
 func (p *Provider) Cleanup(ctx context.Context, loc provider.Location, vm string) error {
 	name := SideName(vm, p.base.Installation)
-	var rs struct {
-		Data []wireRuleset `json:"data"`
-	}
-	if err := p.call(ctx, "cleanup", http.MethodGet, "/firewall-rulesets", nil, nil, &rs); err != nil {
+	rulesets, err := p.listRulesets(ctx, "cleanup")
+	if err != nil {
 		return err
 	}
-	for _, r := range rs.Data {
+	for _, r := range rulesets {
 		if r.Name != name || (loc.Region != "" && r.Region.Name != loc.Region) {
 			continue
 		}

@@ -2,6 +2,7 @@ package lambda_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -54,10 +55,16 @@ func TestEveryPrimitiveAgainstTheVendorSchema(t *testing.T) {
 	if err := e.p.Delete(ctx, o.Location, "train", []string{id, "0000000000000000000000000000dead"}); err != nil { // 200, then 404: gone is success
 		t.Fatal(err)
 	}
-	if err := e.p.Cleanup(ctx, o.Location, "train"); provider.KindOf(err) != provider.Transient { // 400: ruleset in use while terminating
-		t.Fatalf("cleanup while terminating: %v", err)
+	if err := e.p.Cleanup(ctx, o.Location, "train"); err != nil { // the key; the shared ruleset is not the VM's
+		t.Fatal(err)
+	}
+	if err := e.p.CleanupShared(ctx, o.Location); !errors.Is(err, provider.ErrInUse) { // 400: ruleset in use while terminating
+		t.Fatalf("cleanup of the shared ruleset while terminating: %v", err)
 	}
 	e.api.Settle()
+	if err := e.p.CleanupShared(ctx, o.Location); err != nil { // 200
+		t.Fatal(err)
+	}
 	if err := e.p.Cleanup(ctx, o.Location, "train"); err != nil {
 		t.Fatal(err)
 	}

@@ -83,6 +83,7 @@ type wireRuleset struct {
 	Name        string     `json:"name"`
 	Region      wireRegion `json:"region"`
 	Rules       []wireRule `json:"rules"`
+	Created     string     `json:"created"`
 	InstanceIDs []string   `json:"instance_ids"`
 }
 

@@ -1,10 +1,14 @@
 // Package lambdamock is a small stateful fake of the Lambda Cloud API for
 // tests, served through an httpmock transport: instances launched are listed
 // and terminated, SSH keys and firewall rulesets are created and deleted,
-// and errors can be scripted per call. It checks the bearer token on every
-// request and records every call for assertions. Its answers follow the
-// Lambda Cloud API's OpenAPI document 1.8.3 (provider/lambda/testdata), which
-// the adapter's tests check every answer against: error bodies carry code,
+// and errors can be scripted per call. As Lambda does, it refuses to delete
+// a firewall ruleset that an instance not yet terminated uses (400
+// firewall-rulesets/firewall-ruleset-in-use) and to launch with a ruleset
+// id it does not have (404 global/object-does-not-exist). It checks the
+// bearer token on every request and records every call for assertions. Its
+// answers follow the Lambda Cloud API's OpenAPI document 1.8.3
+// (provider/lambda/testdata), which the adapter's tests check every answer
+// against: error bodies carry code,
 // message and suggestion, instances carry their full instance type and
 // actions, and an empty list is [] (never null).
 //
@@ -262,6 +266,9 @@ func (a *API) route(method, path string, query url.Values, body []byte) *http.Re
 		if json.Unmarshal(body, &in) != nil || in["name"] == nil || in["region"] == nil || !validRules(in["rules"]) {
 			return apiErr(400, "global/invalid-parameters", "Invalid request data.", "")
 		}
+		if name, _ := in["name"].(string); len(name) > 64 { // FirewallRulesetCreateRequest.name: maxLength 64
+			return apiErr(400, "global/invalid-parameters", "Invalid request data.", "")
+		}
 		a.seq++
 		id := fmt.Sprintf("rs%04d", a.seq)
 		a.rulesets[id] = in
@@ -363,10 +370,12 @@ func region(name string) map[string]string {
 	return map[string]string{"name": name, "description": name}
 }
 
+// usersOf returns the instances not terminated that use the ruleset:
+// those whose DELETE /firewall-rulesets/{id} is refused as in use.
 func (a *API) usersOf(rulesetID string) []string {
 	out := []string{}
 	for id, in := range a.instances {
-		if slices.Contains(in.Rulesets, rulesetID) {
+		if in.Status != "terminated" && slices.Contains(in.Rulesets, rulesetID) {
 			out = append(out, id)
 		}
 	}
