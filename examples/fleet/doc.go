@@ -15,10 +15,11 @@
 // time (the lease); when a replica dies, the others' Recover finishes its
 // VMs once its leases lapse (-lease-ttl).
 //
-// Metrics: gpuprov_launch_duration_seconds (histogram, by provider),
-// gpuprov_attempts_total and gpuprov_attempt_failures_total (by provider
-// and error kind), gpuprov_launches_total (by outcome),
-// gpuprov_recovered_total, gpuprov_live_vms (by provider),
-// gpuprov_orphans (Sweep dry run, by provider), fleet_replacements_total
-// (by reason) and fleet_target. See docs/journal.md.
+// Metrics: the engine's, from gpuprov's metrics package (launch duration,
+// attempts and failures by provider and error kind, launch outcomes,
+// blocks, retries, recoveries, incomplete teardowns, live VMs by provider
+// and state read from the journal, and cloud API calls; see
+// docs/observability.md), and the fleet's own: fleet_replacements_total (by
+// reason), fleet_target and fleet_orphans (Sweep dry run, by provider). See
+// docs/journal.md.
 package main

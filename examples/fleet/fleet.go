@@ -105,8 +105,9 @@ type Fleet struct {
 }
 
 // New builds a fleet replica on j. opts configure both Provisioners
-// (providers, lease TTL, clock, logger); WithOwner and WithEvents are set
-// by the fleet itself. m may be nil.
+// (providers, lease TTL, clock, logger); WithOwner is set by the fleet
+// itself, and so are m's Engine.Options (its events and API calls). m may
+// be nil.
 func New(j journal.Journal, cfg Config, m *Metrics, opts ...gpuprov.Option) (*Fleet, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -118,7 +119,7 @@ func New(j journal.Journal, cfg Config, m *Metrics, opts ...gpuprov.Option) (*Fl
 			o = append(o, gpuprov.WithOwner(owner))
 		}
 		if m != nil {
-			o = append(o, gpuprov.WithEvents(m.Event))
+			o = append(o, m.Engine.Options()...)
 		}
 		return gpuprov.New(j, o...)
 	}
@@ -225,13 +226,9 @@ func (f *Fleet) reconcile(ctx context.Context) error {
 			byName[v.Name] = v
 		}
 	}
-	ready := map[string]int{}
 	for k := range f.cfg.Target {
 		name := f.slot(k)
 		v, ok := byName[name]
-		if ok && v.State == journal.StateReady {
-			ready[v.Provider]++
-		}
 		if f.claimed(name) {
 			continue
 		}
@@ -241,9 +238,6 @@ func (f *Fleet) reconcile(ctx context.Context) error {
 		case v.State == journal.StateReady:
 			f.check(ctx, v)
 		}
-	}
-	if f.metrics != nil {
-		f.metrics.setLive(ready)
 	}
 	return nil
 }

@@ -55,7 +55,7 @@ func startReplica(t *testing.T, url string, srv *simserver.Server, owner string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{sw: &atomic.Bool{}, db: db, m: NewMetrics(), done: make(chan struct{})}
+	r := &replica{sw: &atomic.Bool{}, db: db, m: NewMetrics(db), done: make(chan struct{})}
 	r.fl, err = New(&journaltest.Killable{Journal: db, Dead: r.sw.Load}, Config{
 		Target: target, GPU: "H100", Prefix: "fleet", Owner: owner,
 		HealthInterval: 200 * time.Millisecond, RecoverInterval: 400 * time.Millisecond, SweepInterval: time.Second,
@@ -218,8 +218,19 @@ func TestFleetSurvivesReplicaDeath(t *testing.T) {
 	if got := histogramCount(t, a.m, "gpuprov_launch_duration_seconds"); got == 0 {
 		t.Errorf("no launch latency was recorded")
 	}
-	if got := gaugeSum(t, a.m, "gpuprov_live_vms"); got != n {
-		t.Logf("gpuprov_live_vms = %v (as of the last reconcile; want %d once settled)", got, n)
+	// Read from the journal at scrape time: every slot is ready, nothing
+	// else is live.
+	if got := gaugeSumWhere(t, a.m, "gpuprov_vms", "state", "ready"); got != n {
+		t.Errorf("gpuprov_vms{state=\"ready\"} = %v, want %d", got, n)
+	}
+	if got := gaugeSum(t, a.m, "gpuprov_vms"); got != n {
+		t.Errorf("gpuprov_vms = %v in all states, want %d, all ready", got, n)
+	}
+	if got := counterSum(t, a.m, "gpuprov_recoveries_total"); len(orphaned) > 0 && got == 0 {
+		t.Errorf("the survivor took over %v, and gpuprov_recoveries_total = 0", orphaned)
+	}
+	if got := counterSum(t, a.m, "gpuprov_attempts_total"); got == 0 {
+		t.Errorf("the survivor started no attempt (gpuprov_attempts_total = 0)")
 	}
 	if got := gaugeSum(t, a.m, "fleet_target"); got != n {
 		t.Errorf("fleet_target = %v, want %d", got, n)
@@ -270,6 +281,18 @@ func gaugeSum(t *testing.T, m *Metrics, name string) float64 {
 	s := 0.0
 	for _, x := range family(t, m, name).GetMetric() {
 		s += x.GetGauge().GetValue()
+	}
+	return s
+}
+
+func gaugeSumWhere(t *testing.T, m *Metrics, name, label, value string) float64 {
+	s := 0.0
+	for _, x := range family(t, m, name).GetMetric() {
+		for _, l := range x.GetLabel() {
+			if l.GetName() == label && l.GetValue() == value {
+				s += x.GetGauge().GetValue()
+			}
+		}
 	}
 	return s
 }

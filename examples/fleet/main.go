@@ -122,7 +122,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer j.Close()
-	m := NewMetrics()
+	m := NewMetrics(j)
 	fl, err := New(j, f.cfg, m, append(popts, gpuprov.WithLeaseTTL(f.leaseTTL))...)
 	if err != nil {
 		return err
