@@ -51,21 +51,36 @@ func (pp *paced) releaseShared(region, vm string) (last bool) {
 }
 
 // cleanupShared asks the provider to remove its shared side resources in
-// loc (every region for a zero Location). A resource an instance still
-// uses (another process's VM, or one whose deletion the cloud has not
-// finished) is left, and not an error: the next teardown there, or Sweep,
-// removes it.
+// loc (every region for a zero Location). A resource the cloud says is in
+// use is asked for again, with backoff, for as long as the cloud's listing
+// may lag behind it (ConsistencyWindow, plus a poll): this process's own
+// instances were confirmed gone by a listing, and the cloud may not be done
+// with them yet. Past that it is another process's VM using it: it is left,
+// and not an error; the next teardown there, or Sweep, removes it. Other
+// transient errors are retried like every teardown step, on a context
+// detached from the caller's and bounded by the provider's DeleteTimeout.
 func (p *Provisioner) cleanupShared(ctx context.Context, pp *paced, loc provider.Location) error {
 	sc, ok := pp.CloudProvider.(provider.SharedCleaner)
 	if !ok {
 		return nil
 	}
-	err := pp.call(ctx, "cleanup-shared", loc, func(ctx context.Context) error { return sc.CleanupShared(ctx, loc) })
-	if errors.Is(err, provider.ErrInUse) && provider.KindOf(err) == provider.Transient {
-		p.log.Debug("shared side resources left in use", "provider", pp.Name(), "location", loc, "err", err)
-		return nil
+	ctx, cancel := detached(ctx, p, pp.caps.DeleteTimeout)
+	defer cancel()
+	until := p.clock.Now().Add(pp.caps.ConsistencyWindow + pp.caps.PollInterval)
+	for n := 0; ; n++ {
+		err := pp.call(ctx, "cleanup-shared", loc, func(ctx context.Context) error { return sc.CleanupShared(ctx, loc) })
+		if err == nil || provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil {
+			return err
+		}
+		wait := p.backoff.Delay(n, provider.RetryAfterOf(err))
+		if errors.Is(err, provider.ErrInUse) && p.clock.Now().Add(wait).After(until) {
+			p.log.Debug("shared side resources left in use", "provider", pp.Name(), "location", loc, "err", err)
+			return nil
+		}
+		if err := p.clock.Sleep(ctx, wait); err != nil {
+			return err
+		}
 	}
-	return err
 }
 
 // unholdShared ends vm's hold on region after a cleanup there and, when it
