@@ -39,10 +39,7 @@ func (d *driver) runAttempt(ctx context.Context, a *journal.Attempt, resumed boo
 		return fmt.Errorf("gpuprov: journaled offer of attempt %d does not parse: %w", a.N, err)
 	}
 	if resumed {
-		// Taken over from the journal: its instance may use the region's
-		// shared side resources, so this process's teardowns there must
-		// not ask to remove them.
-		pp.holdShared(a.Region, d.row.Name)
+		pp.holdShared(a) // see provision
 	}
 	for {
 		var err error
@@ -110,7 +107,7 @@ func (d *driver) prepare(ctx context.Context, pp *paced, o *provider.Offer, a *j
 			return err
 		}
 	}
-	pp.holdShared(a.Region, d.row.Name)
+	pp.holdShared(a)
 	prepared := d.preparedInPlace(o, a)
 	if prepared == nil {
 		st := d.stopperFor(o, a)
@@ -266,7 +263,7 @@ func (d *driver) reprepare(ctx context.Context, pp *paced, o *provider.Offer, a 
 func (d *driver) preparedInPlace(o *provider.Offer, a *journal.Attempt) json.RawMessage {
 	for i := len(d.owed) - 1; i >= 0; i-- {
 		x := d.owed[i]
-		if !sameLocation(x, a) || len(x.Prepared) == 0 {
+		if !sameLocation(x, a) || len(x.Prepared) == 0 || !d.deferred[x.N] {
 			continue
 		}
 		var xo provider.Offer
@@ -293,7 +290,9 @@ func (d *driver) recordInstance(ctx context.Context, a *journal.Attempt, id, how
 // consistency window since the last create has passed.
 func (d *driver) findLanded(ctx context.Context, pp *paced, a *journal.Attempt) (*provider.Observed, error) {
 	for {
-		obs, err := d.observe(ctx, pp, a)
+		// The create's fate decides what comes next: the look does not
+		// wait for the location's next shared listing.
+		obs, err := d.look(ctx, pp, a, true)
 		if err == nil {
 			if best := pickInstance(obs, a.InstanceIDs); best != nil {
 				return best, nil
@@ -317,17 +316,45 @@ func (d *driver) findLanded(ctx context.Context, pp *paced, a *journal.Attempt) 
 // provider with a Lister, the looks of every VM polling one location share
 // one List call (see lister.go); elsewhere each is an Observe call.
 func (d *driver) observe(ctx context.Context, pp *paced, a *journal.Attempt) ([]provider.Observed, error) {
+	return d.look(ctx, pp, a, false)
+}
+
+// look is observe; now says the look may not wait for the location's next
+// shared listing (which starts at most once per PollInterval): it is one
+// Observe call of its own.
+func (d *driver) look(ctx context.Context, pp *paced, a *journal.Attempt, now bool) ([]provider.Observed, error) {
 	loc := provider.Location{Region: a.Region, Zone: a.Zone}
 	fresh := d.seen.Add(time.Nanosecond)
 	if a.CreateSent.After(fresh) {
 		fresh = a.CreateSent
 	}
-	if pp.lister != nil {
+	if pp.lister != nil && !now {
 		obs, started, err := pp.listFor(ctx, d.p.clock, loc, d.row.Name, fresh)
 		if err == nil {
 			d.seen = started
 		}
 		return obs, err
+	}
+	if pp.lister != nil {
+		// A listing of the location of its own, not shared.
+		var started time.Time
+		var all []provider.Observed
+		err := pp.call(withPriority(ctx), "list", loc, func(ctx context.Context) (err error) {
+			started = d.now()
+			all, err = pp.lister.List(ctx, loc)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		d.seen = started
+		var obs []provider.Observed
+		for _, o := range all {
+			if o.VM == d.row.Name {
+				obs = append(obs, o)
+			}
+		}
+		return obs, nil
 	}
 	var started time.Time
 	var obs []provider.Observed

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/org/gpuprov/clock"
@@ -59,6 +60,9 @@ type driver struct {
 	lastErr     error     // why this process's last attempt failed
 	released    bool      // the last write freed the lease
 	seen        time.Time // when the last observation used started
+	// intent is a teardown intent that waits for the teardown's first
+	// mutation, or joins its torn-down confirmation (see teardown).
+	intent *journal.Step
 	// pending is a write that may wait for the driver's next one: the
 	// confirmation that an attempt is torn down, which no cloud mutation
 	// depends on. Joining it to the next attempt's first write saves an
@@ -79,6 +83,10 @@ type driver struct {
 	// owed are the torn-down attempts whose cleanup waits for the next
 	// attempt (failover in place, see shared.go).
 	owed []*journal.Attempt
+	// deferred are the owed attempts whose cleanup this process deferred
+	// (an owed attempt read from the journal may have been cleaned up
+	// before a crash: its prepared data is not reused).
+	deferred map[int]bool
 	// unsent says, per attempt this process started, what it knows it
 	// never sent: no Prepare request (nothing to clean up) or no create
 	// (nothing to look for). An attempt taken over from the journal has no
@@ -111,7 +119,7 @@ type journaledRequest struct {
 }
 
 func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {
-	d := &driver{p: p, row: row, tried: map[string]bool{}, hostKeys: map[int]*provider.HostKey{}, unsent: map[int]*unsent{}}
+	d := &driver{p: p, row: row, tried: map[string]bool{}, hostKeys: map[int]*provider.HostKey{}, unsent: map[int]*unsent{}, deferred: map[int]bool{}}
 	var jr journaledRequest
 	if err := json.Unmarshal(row.Request, &jr); err != nil {
 		return nil, fmt.Errorf("gpuprov: VM %s: journaled request does not parse: %w", row.Name, err)
@@ -136,18 +144,22 @@ func (d *driver) now() time.Time { return d.p.clock.Now() }
 // from the caller's cancellation: a teardown after Ctrl-C must still be
 // journaled.
 func (d *driver) commit(ctx context.Context, st *journal.Step) error {
-	if p := d.pending; p != nil {
-		// A write that was allowed to wait (see teardown) goes first, in
-		// the same durable commit.
-		d.pending = nil
+	// Writes that were allowed to wait (see teardown) go first, in the
+	// same durable commit: a torn-down confirmation, then a teardown
+	// intent.
+	for _, p := range []*journal.Step{d.intent, d.pending} {
+		if p == nil {
+			continue
+		}
 		if p.Update != nil && st.Update == nil {
 			st.Update = p.Update
 		}
 		st.ReleaseLease = st.ReleaseLease || p.ReleaseLease
-		st.Attempts = append(p.Attempts, st.Attempts...)
-		st.Events = append(p.Events, st.Events...)
-		st.Blocks = append(p.Blocks, st.Blocks...)
+		st.Attempts = append(slices.Clip(p.Attempts), st.Attempts...)
+		st.Events = append(slices.Clip(p.Events), st.Events...)
+		st.Blocks = append(slices.Clip(p.Blocks), st.Blocks...)
 	}
+	d.intent, d.pending = nil, nil
 	now := d.now()
 	if st.Update != nil {
 		st.Update.UpdatedAt = now
@@ -229,6 +241,16 @@ func (d *driver) provision(ctx context.Context) error {
 		var err error
 		if attempts, err = d.p.j.Attempts(ctx, d.row.Name); err != nil {
 			return fmt.Errorf("gpuprov: VM %s: reading attempts: %w", d.row.Name, err)
+		}
+	}
+	for i := range attempts {
+		if a := &attempts[i]; a.N == d.row.Attempt && a.State != journal.AttemptTornDown {
+			// Taken over from the journal: its instance may use the
+			// region's shared side resources, so the teardowns below
+			// must not ask to remove them.
+			if pp, ok := d.p.providers[a.Provider]; ok {
+				pp.holdShared(a)
+			}
 		}
 	}
 	for i := range attempts {
@@ -363,15 +385,7 @@ func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.
 	if pp, ok := d.p.providers[a.Provider]; ok {
 		// Before what other attempts owe is paid: the region's shared
 		// resources must not look unused in between.
-		pp.holdShared(a.Region, d.row.Name)
-	}
-	paid, err := d.payOwed(ctx, a)
-	if err != nil {
-		d.p.providers[a.Provider].releaseShared(a.Region, d.row.Name)
-		if len(paid) > 0 {
-			d.pending = &journal.Step{Attempts: paid}
-		}
-		return nil, d.stuck(ctx, fmt.Errorf("cleaning up after an earlier attempt: %w", err))
+		pp.holdShared(a)
 	}
 	d.row.State, d.row.Phase, d.row.Attempt = journal.StateProvisioning, PhasePrepare, n
 	d.row.Provider, d.row.Region, d.row.Zone, d.row.Offer, d.row.PricePerHour = o.Provider, o.Location.Region, o.Location.Zone, raw, o.PricePerHour
@@ -385,8 +399,24 @@ func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.
 		msg += " (in stock again: its stockout block is passed over)"
 		d.restocked = false
 	}
-	return a, d.commit(ctx, &journal.Step{Update: &d.row, Attempts: append(paid, *a),
-		Events: []journal.Event{d.event(EvAttempt, a, msg)}})
+	if err := d.commit(ctx, &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a},
+		Events: []journal.Event{d.event(EvAttempt, a, msg)}}); err != nil {
+		return nil, err
+	}
+	// Now that the earlier attempts are journaled torn down (their cleanup
+	// owed), what they owe elsewhere is paid, before this attempt's
+	// Prepare: an adapter's per-VM resources may be named for the VM alone
+	// (an account-wide key, a Secret), so a cleanup after this attempt's
+	// Prepare could remove what it made. The payment is journaled with the
+	// next write.
+	paid, err := d.payOwed(ctx, a)
+	if len(paid) > 0 {
+		d.pending = &journal.Step{Attempts: paid}
+	}
+	if err != nil {
+		return nil, d.stuck(ctx, fmt.Errorf("cleaning up after an earlier attempt: %w", err))
+	}
+	return a, nil
 }
 
 // token derives the create idempotency token of attempt n from the VM's

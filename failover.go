@@ -115,18 +115,6 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 	}
 	dctx, cancel := detached(ctx, d.p, pp.caps.DeleteTimeout)
 	defer cancel()
-	if a.State != journal.AttemptTearingDown {
-		a.State = journal.AttemptTearingDown
-		st := first
-		if st == nil {
-			st = &journal.Step{}
-		}
-		st.Attempts = append(st.Attempts, *a)
-		st.Events = append(st.Events, d.event(EvTeardown, a, ""))
-		if err := d.commit(ctx, st); err != nil {
-			return err
-		}
-	}
 	loc := provider.Location{Region: a.Region, Zone: a.Zone}
 	window := pp.caps.ConsistencyWindow
 	if k, ok := provider.ParseErrorKind(a.ErrorKind); ok && a.Phase == PhaseCreate && definitive(k) {
@@ -136,6 +124,31 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 		window = 0
 	}
 	us := d.unsent[a.N]
+	if a.State != journal.AttemptTearingDown {
+		a.State = journal.AttemptTearingDown
+		st := first
+		if st == nil {
+			st = &journal.Step{}
+		}
+		st.Attempts = append(st.Attempts, *a)
+		st.Events = append(st.Events, d.event(EvTeardown, a, ""))
+		// The intent is written ahead of every mutation of the teardown.
+		// When none may follow (no instance known, the create refused or
+		// never sent, the cleanup owed to the next attempt or nothing to
+		// clean up), it waits for the first one or joins the torn-down
+		// confirmation: a failover then costs one fsync less. Its blocks
+		// take effect in this process at once.
+		quiet := len(a.InstanceIDs) == 0 && d.placementGroup == "" &&
+			(window == 0 || us != nil && us.create) && (later || us != nil && us.prepare)
+		if quiet {
+			d.intent = st
+			if len(st.Blocks) > 0 {
+				d.p.blocksAdded(st.Blocks)
+			}
+		} else if err := d.commit(ctx, st); err != nil {
+			return err
+		}
+	}
 	if !a.CreateSent.IsZero() && (us == nil || !us.create) {
 		if err := d.deleteInstances(dctx, pp, a, loc, window); err != nil {
 			return fmt.Errorf("tearing down attempt %d in %s/%s: %w", a.N, a.Provider, loc, err)
@@ -147,10 +160,11 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 	case us != nil && us.prepare:
 		a.CleanedUp = true // nothing was made
 		how = "nothing was sent"
-		d.unholdShared(dctx, pp, a.Region)
+		d.unholdShared(dctx, pp, a)
 	case later:
 		a.CleanedUp = false
 		how = "cleanup waits for the next attempt"
+		d.deferred[a.N] = true
 	default:
 		if err := d.retry(dctx, pp, a, "cleanup", func(ctx context.Context) error { return pp.Cleanup(ctx, loc, d.row.Name) }); err != nil {
 			return fmt.Errorf("cleaning up attempt %d in %s/%s: %w", a.N, a.Provider, loc, err)
@@ -167,7 +181,10 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 			}
 		}
 		d.owed = keep
-		d.unholdShared(dctx, pp, a.Region)
+		for i := range cleaned {
+			pp.releaseShared(&cleaned[i]) // a's own hold, released below, is the region's last if any is
+		}
+		d.unholdShared(dctx, pp, a)
 	}
 	d.dropPlacementGroup(dctx, pp, loc)
 	a.State, a.EndedAt = journal.AttemptTornDown, d.now()
@@ -180,8 +197,30 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 	}
 	ev := d.event(EvTornDown, a, fmt.Sprintf("instances %v gone, %s", a.InstanceIDs, how))
 	ev.Time, ev.VM = d.now(), d.row.Name
-	d.pending = &journal.Step{Update: &d.row, Attempts: append(cleaned, *a), Events: []journal.Event{ev}}
+	done := &journal.Step{Update: &d.row, Attempts: append(cleaned, *a), Events: []journal.Event{ev}}
+	// What was waiting goes first: an earlier confirmation or payment,
+	// then this teardown's intent.
+	for _, w := range []*journal.Step{d.intent, d.pending} {
+		if w != nil {
+			done.Attempts = append(slices.Clip(w.Attempts), done.Attempts...)
+			done.Events = append(slices.Clip(w.Events), done.Events...)
+			done.Blocks = append(slices.Clip(w.Blocks), done.Blocks...)
+			done.ReleaseLease = done.ReleaseLease || w.ReleaseLease
+		}
+	}
+	d.intent, d.pending = nil, done
 	return nil
+}
+
+// flushIntent writes a teardown intent that was waiting (see teardown)
+// before the mutation about to be made.
+func (d *driver) flushIntent(ctx context.Context) error {
+	in := d.intent
+	if in == nil {
+		return nil
+	}
+	d.intent = nil
+	return d.commit(ctx, in)
 }
 
 // detached returns a context that outlives the caller's cancellation (a
@@ -220,6 +259,9 @@ func (d *driver) deleteInstances(ctx context.Context, pp *paced, a *journal.Atte
 				a.InstanceIDs = append(a.InstanceIDs, id)
 			}
 		}
+		if err := d.flushIntent(ctx); err != nil {
+			return err
+		}
 		err := pp.call(ctx, "delete", loc, func(ctx context.Context) error { return pp.Delete(ctx, loc, d.row.Name, ids) })
 		if err == nil {
 			now := d.now()
@@ -244,7 +286,10 @@ func (d *driver) deleteInstances(ctx context.Context, pp *paced, a *journal.Atte
 		}
 		if err == nil {
 			var obs []provider.Observed
-			if obs, err = d.observe(ctx, pp, a); err == nil {
+			// After a create the cloud refused (window 0), one look
+			// settles it: it is not kept waiting for the next shared
+			// listing, so a failover costs no poll interval.
+			if obs, err = d.look(ctx, pp, a, window == 0 && len(requested) == 0); err == nil {
 				var del []string
 				for _, o := range obs {
 					at, asked := requested[o.ID]

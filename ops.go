@@ -252,6 +252,16 @@ func (d *driver) finishDelete(ctx context.Context) error {
 		return fmt.Errorf("gpuprov: VM %s: reading attempts: %w", d.row.Name, err)
 	}
 	for i := range attempts {
+		if a := &attempts[i]; !(a.State == journal.AttemptTornDown && a.CleanedUp) {
+			if pp, ok := d.p.providers[a.Provider]; ok {
+				// Held until its own teardown: an earlier attempt's
+				// cleanup in the region must not remove the shared
+				// resources under a later attempt's instance.
+				pp.holdShared(a)
+			}
+		}
+	}
+	for i := range attempts {
 		a := &attempts[i]
 		if a.State == journal.AttemptTornDown && a.CleanedUp {
 			continue

@@ -442,64 +442,75 @@ type blockCache struct {
 	at     time.Time
 	blocks []journal.Block
 	valid  bool
+	// own are the blocks this process recorded, by key, until they expire.
+	own map[string]journal.Block
 	// added is closed, and replaced, each time this process records a
 	// block: calls queued for an offer (see stopper) look again then.
 	added chan struct{}
 	reads singleflight.Group // one journal read at a time
 }
 
-// activeBlocks returns the blocks in force now, from a read at most
-// blocksTTL old.
+// activeBlocks returns the blocks in force now: those of a journal read at
+// most blocksTTL old, and this process's own, which take effect at once
+// (some are journaled a moment after they are recorded, see teardown).
 func (p *Provisioner) activeBlocks(ctx context.Context) ([]journal.Block, error) {
 	now := p.clock.Now()
 	c := &p.blockCache
 	c.mu.Lock()
-	if c.valid && now.Sub(c.at) < blocksTTL {
-		var live []journal.Block
-		for _, b := range c.blocks {
-			if b.Until.After(now) {
-				live = append(live, b)
-			}
-		}
-		c.mu.Unlock()
-		return live, nil
-	}
+	fresh := c.valid && now.Sub(c.at) < blocksTTL
 	c.mu.Unlock()
-	v, err, _ := c.reads.Do("", func() (any, error) {
-		// Shared by every caller waiting: one giving up must not fail the
-		// others.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		blocks, err := p.j.Blocks(rctx, now)
+	if !fresh {
+		_, err, _ := c.reads.Do("", func() (any, error) {
+			// Shared by every caller waiting: one giving up must not fail
+			// the others.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			blocks, err := p.j.Blocks(rctx, now)
+			if err != nil {
+				return nil, err
+			}
+			c.mu.Lock()
+			c.at, c.blocks, c.valid = now, blocks, true
+			c.mu.Unlock()
+			return nil, nil
+		})
 		if err != nil {
 			return nil, err
 		}
-		c.mu.Lock()
-		c.at, c.blocks, c.valid = now, blocks, true
-		c.mu.Unlock()
-		return blocks, nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	return v.([]journal.Block), nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	live := make([]journal.Block, 0, len(c.blocks)+len(c.own))
+	for _, b := range c.blocks {
+		if o, ok := c.own[b.Key]; ok && !o.CreatedAt.Before(b.CreatedAt) {
+			continue // this process's newer one, below
+		}
+		if b.Until.After(now) {
+			live = append(live, b)
+		}
+	}
+	for k, b := range c.own {
+		switch {
+		case !b.Until.After(now):
+			delete(c.own, k)
+		case !slices.ContainsFunc(live, func(x journal.Block) bool { return x.Key == k }):
+			live = append(live, b)
+		}
+	}
+	return live, nil
 }
 
-// blocksAdded takes the blocks this process just journaled into the cached
-// read (they take effect at once, without a read of the journal) and tells
-// the calls waiting for an offer to look again.
+// blocksAdded records blocks this process just made (they take effect at
+// once, without a read of the journal) and tells the calls waiting for an
+// offer to look again.
 func (p *Provisioner) blocksAdded(bs []journal.Block) {
 	c := &p.blockCache
 	c.mu.Lock()
-	if c.valid {
-		for _, b := range bs {
-			if i := slices.IndexFunc(c.blocks, func(x journal.Block) bool { return x.Key == b.Key }); i >= 0 {
-				c.blocks = slices.Clone(c.blocks) // readers may hold the old slice
-				c.blocks[i] = b
-			} else {
-				c.blocks = append(slices.Clip(c.blocks), b)
-			}
-		}
+	if c.own == nil {
+		c.own = map[string]journal.Block{}
+	}
+	for _, b := range bs {
+		c.own[b.Key] = b
 	}
 	if c.added != nil {
 		close(c.added)

@@ -3,6 +3,8 @@ package gpuprov
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/provider"
@@ -17,9 +19,11 @@ import (
 // asks to remove a region's shared resources only when the last of them is
 // torn down, instead of after every teardown.
 
-// holdShared records that vm has an attempt in region whose side resources
-// may include the shared ones.
-func (pp *paced) holdShared(region, vm string) {
+// holdShared records that attempt a of vm may have side resources in its
+// region that include the shared ones (its Prepare is about to run, or ran,
+// and it is not torn down and cleaned up). Holds are per attempt, so that
+// two attempts of one VM in a region hold it twice.
+func (pp *paced) holdShared(a *journal.Attempt) {
 	if _, ok := pp.CloudProvider.(provider.SharedCleaner); !ok {
 		return
 	}
@@ -28,27 +32,29 @@ func (pp *paced) holdShared(region, vm string) {
 	if pp.shared == nil {
 		pp.shared = map[string]map[string]struct{}{}
 	}
-	if pp.shared[region] == nil {
-		pp.shared[region] = map[string]struct{}{}
+	if pp.shared[a.Region] == nil {
+		pp.shared[a.Region] = map[string]struct{}{}
 	}
-	pp.shared[region][vm] = struct{}{}
+	pp.shared[a.Region][holder(a)] = struct{}{}
 }
 
-// releaseShared records that vm holds nothing in region any more, and
-// reports whether it was the last VM of this process there.
-func (pp *paced) releaseShared(region, vm string) (last bool) {
+// releaseShared ends attempt a's hold and reports whether no attempt of
+// this process holds its region any more.
+func (pp *paced) releaseShared(a *journal.Attempt) (last bool) {
 	if _, ok := pp.CloudProvider.(provider.SharedCleaner); !ok {
 		return false
 	}
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
-	delete(pp.shared[region], vm)
-	if len(pp.shared[region]) == 0 {
-		delete(pp.shared, region)
+	delete(pp.shared[a.Region], holder(a))
+	if len(pp.shared[a.Region]) == 0 {
+		delete(pp.shared, a.Region)
 		return true
 	}
 	return false
 }
+
+func holder(a *journal.Attempt) string { return fmt.Sprintf("%s#%d", a.VM, a.N) }
 
 // cleanupShared asks the provider to remove its shared side resources in
 // loc (every region for a zero Location). A resource the cloud says is in
@@ -83,21 +89,17 @@ func (p *Provisioner) cleanupShared(ctx context.Context, pp *paced, loc provider
 	}
 }
 
-// unholdShared ends vm's hold on region after a cleanup there and, when it
-// was the last VM of this process in the region, removes the shared side
-// resources, best effort: one that is left costs nothing and is removed by
-// a later teardown or by Sweep.
-func (d *driver) unholdShared(ctx context.Context, pp *paced, region string) {
-	for _, o := range d.owed {
-		if o.Provider == pp.Name() && o.Region == region {
-			return // an attempt still owes its cleanup there
-		}
-	}
-	if !pp.releaseShared(region, d.row.Name) {
+// unholdShared ends attempt a's hold on its region once its side resources
+// are settled (cleaned up, or never made) and, when it was the last hold of
+// this process there, removes the region's shared side resources, best
+// effort: one that is left costs nothing and is removed by a later
+// teardown or by Sweep.
+func (d *driver) unholdShared(ctx context.Context, pp *paced, a *journal.Attempt) {
+	if !pp.releaseShared(a) {
 		return
 	}
-	if err := d.p.cleanupShared(ctx, pp, provider.Location{Region: region}); err != nil {
-		d.p.log.Warn("shared side resources left", "provider", pp.Name(), "region", region, "err", err)
+	if err := d.p.cleanupShared(ctx, pp, provider.Location{Region: a.Region}); err != nil {
+		d.p.log.Warn("shared side resources left", "provider", pp.Name(), "region", a.Region, "err", err)
 	}
 }
 
@@ -117,6 +119,13 @@ func sameLocation(a, b *journal.Attempt) bool {
 // A cleanup that fails is returned as the error, with the attempts cleaned
 // up before it.
 func (d *driver) payOwed(ctx context.Context, next *journal.Attempt) ([]journal.Attempt, error) {
+	if (d.intent != nil || d.pending != nil) && slices.ContainsFunc(d.owed, func(o *journal.Attempt) bool { return next == nil || !sameLocation(o, next) }) {
+		// A cleanup is a mutation: the attempt it is for must be journaled
+		// torn down first.
+		if err := d.commit(ctx, &journal.Step{}); err != nil {
+			return nil, err
+		}
+	}
 	var done []journal.Attempt
 	var keep []*journal.Attempt
 	for i, o := range d.owed {
@@ -131,9 +140,9 @@ func (d *driver) payOwed(ctx context.Context, next *journal.Attempt) ([]journal.
 		done = append(done, *o)
 	}
 	d.owed = keep
-	for _, o := range done {
-		if pp, ok := d.p.providers[o.Provider]; ok && (next == nil || next.Provider != o.Provider || next.Region != o.Region) {
-			d.unholdShared(ctx, pp, o.Region)
+	for i := range done {
+		if pp, ok := d.p.providers[done[i].Provider]; ok {
+			d.unholdShared(ctx, pp, &done[i])
 		}
 	}
 	return done, nil
