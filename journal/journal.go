@@ -415,3 +415,54 @@ func Open(ctx context.Context, url string) (Journal, error) {
 	}
 	return open(ctx, url)
 }
+
+// Pruning.
+
+// DefaultPruneBatch is the number of VMs a Prune removes per transaction
+// when PruneOptions.Batch is 0.
+const DefaultPruneBatch = 500
+
+// PruneOptions says what Prune removes.
+type PruneOptions struct {
+	// Before: VMs that ended (StateDeleted or StateFailed) with EndedAt before it lose their row, attempts and events.
+	// A zero Before removes no VM, and neither does a zero EndedAt.
+	Before time.Time
+	// Now: blocks whose Until is not after Now are removed. A VM whose lease is live at Now (an Owner and a
+	// LeaseExpiry after Now) is kept. A zero Now removes no block.
+	Now time.Time
+	// Batch bounds the VMs removed per transaction (0: 500), so that a prune never holds the journal's write lock for long and launches go on beside it.
+	Batch int
+}
+
+// BatchSize is the number of VMs one batch of Prune removes at most: Batch,
+// or DefaultPruneBatch when Batch is 0 or negative.
+func (o PruneOptions) BatchSize() int {
+	if o.Batch <= 0 {
+		return DefaultPruneBatch
+	}
+	return o.Batch
+}
+
+// PruneResult counts what Prune removed.
+type PruneResult struct{ VMs, Attempts, Events, Blocks int }
+
+// Pruner is implemented by journals that can remove what is no longer needed (both backends here do).
+//
+// Prune removes, with their attempts and every event naming them, the VMs
+// that are terminal (StateDeleted or StateFailed), whose EndedAt is not zero
+// and before opts.Before, and whose lease is not live at opts.Now; then the
+// blocks whose Until is not after opts.Now. It never removes a VM in another
+// state, a VM whose lease is live, or an attempt or event of a VM it keeps.
+// Events that name no VM the journal holds are left alone.
+//
+// It works in batches of at most opts.BatchSize() VMs (blocks likewise),
+// each its own short, durable transaction that re-checks the conditions
+// above, so Commits, Acquires and reads go on beside it and a VM re-created
+// under a pruned name meanwhile is never touched. It goes on until a batch
+// removes fewer than BatchSize, checking ctx before each batch. On an error
+// (ctx's included, wrapped) it returns what the committed batches removed
+// with the error: those removals stand. Seq numbers are never reused, so a
+// reader following Events(After) misses nothing.
+type Pruner interface {
+	Prune(ctx context.Context, opts PruneOptions) (PruneResult, error)
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/journal"
 )
 
 func newDownCmd(e *env) *cobra.Command {
@@ -94,22 +95,29 @@ func down(ctx context.Context, e *env, names []string, all bool) error {
 }
 
 func newRecoverCmd(e *env) *cobra.Command {
-	return &cobra.Command{
-		Use:   "recover",
+	var retention time.Duration
+	cmd := &cobra.Command{
+		Use:   "recover [--retention DURATION]",
 		Short: "Finish what crashed or interrupted commands left: resume launches, finish teardowns",
 		Long: `Recover takes every VM the journal holds in an active state (pending,
 provisioning, waiting, deleting) that no live process drives, and drives it to
 an end from its last journaled step: a create is observed and adopted or sent
 again, a boot is waited for, a wait for capacity goes on until its deadline, a
 teardown is finished. Then it deletes the ready VMs whose --ttl or --max-cost
-has expired. Run it after a crash or a second Ctrl-C, and from cron to keep
-VMs on their leash.`,
+has expired. Last it prunes the journal: VMs deleted or failed more than
+--retention ago lose their records (attempts and events too), and expired
+blocks go. Run it after a crash or a second Ctrl-C, and from cron to keep
+VMs on their leash and the journal small.`,
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			if retention < 0 {
+				return usageErrorf("--retention %v: want a duration of 0 or more (0 keeps everything)", retention)
+			}
 			ctx := cmd.Context()
 			pr := newProgress(e.stdout, isTTY(e.stdout))
 			// Recovered clusters re-join their nodes: give it the joiner.
-			s, err := e.open(ctx, sessionOptions{events: []func(gpuprov.Event){pr.Sink}, joiner: newK3sJoiner(k3sConfig())})
+			s, err := e.open(ctx, sessionOptions{events: []func(gpuprov.Event){pr.Sink}, joiner: newK3sJoiner(k3sConfig()),
+				extra: []gpuprov.Option{gpuprov.WithRetention(retention)}})
 			if err != nil {
 				return err
 			}
@@ -126,7 +134,6 @@ VMs on their leash.`,
 			}
 			if len(rep.VMs) == 0 && len(rep.Reaped) == 0 {
 				fmt.Fprintln(e.stdout, "nothing to recover")
-				return nil
 			}
 			var failed []error
 			for _, r := range rep.Reaped {
@@ -152,9 +159,32 @@ VMs on their leash.`,
 					failed = append(failed, fmt.Errorf("%s: %w", v.Name, v.Err))
 				}
 			}
+			if retention > 0 {
+				before := time.Now().Add(-retention)
+				res, err := s.p.Prune(ctx)
+				if res != (journal.PruneResult{}) {
+					count := func(n int, what string) string {
+						if n == 1 {
+							return "1 " + what
+						}
+						return fmt.Sprintf("%d %ss", n, what)
+					}
+					fmt.Fprintf(e.stdout, "pruned %s ended before %s (%s, %s), %s\n", count(res.VMs, "VM"),
+						before.UTC().Format(time.RFC3339), count(res.Attempts, "attempt"), count(res.Events, "event"), count(res.Blocks, "expired block"))
+				}
+				if intr.happened() {
+					return &exitError{code: exitInterrupted, err: errors.New("interrupted while pruning the journal")}
+				}
+				if err != nil {
+					failed = append(failed, err)
+				}
+			}
 			return errors.Join(failed...)
 		}),
 	}
+	cmd.Flags().DurationVar(&retention, "retention", gpuprov.DefaultRetention,
+		"prune VMs that ended (deleted or failed) longer ago than this, with their history; 0 keeps everything")
+	return cmd
 }
 
 func newSweepCmd(e *env) *cobra.Command {

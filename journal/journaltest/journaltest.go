@@ -51,6 +51,9 @@
 //     After sees every event once, even while others commit.
 //   - A Commit or Acquire on a cancelled context fails with an error
 //     wrapping the context's error and writes nothing.
+//   - Pruning (journal.Pruner) is optional: the Prune tests skip a journal
+//     that does not implement it. A VM ending exactly at Before, or with a
+//     zero EndedAt, is kept; a block whose Until is zero is expired.
 package journaltest
 
 import (
@@ -113,6 +116,11 @@ func RunOpener(t *testing.T, o Opener) {
 		{"ConcurrentAcquire", false, testConcurrentAcquire},
 		{"ConcurrentUpdates", false, testConcurrentUpdates},
 		{"ConcurrentEvents", false, testConcurrentEvents},
+		{"Prune", false, testPrune},
+		{"PruneBatches", false, testPruneBatches},
+		{"PruneEmpty", false, testPruneEmpty},
+		{"PruneCanceled", false, testPruneCanceled},
+		{"PruneBesideWrites", false, testPruneBesideWrites},
 		{"Reopen", true, testReopen},
 		{"TwoHandles", true, testTwoHandles},
 	}

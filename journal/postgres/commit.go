@@ -11,38 +11,96 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/internal/rowcodec"
 )
 
 // SQL of the statements a Step runs.
 var (
-	insertVM = "INSERT INTO " + vmsTable + " (" + strings.Join(vmWriteCols, ", ") + ", owner, lease_expiry, version) VALUES (" +
-		params(1, len(vmWriteCols)+2) + ", 1)"
+	insertVM = "INSERT INTO " + vmsTable + " (" + strings.Join(rowcodec.VMCreateCols, ", ") + ", version) VALUES (" +
+		params(1, len(rowcodec.VMCreateCols)) + ", 1)"
 	// updateVM writes every column but the lease columns, conditional on
 	// owner and version; with $n+4 it frees the lease in the same statement.
-	updateVM = "UPDATE " + vmsTable + " SET " + assignments(vmWriteCols[1:], 1) + ", version = version + 1" +
-		fmt.Sprintf(", owner = CASE WHEN $%[1]d THEN '' ELSE owner END, lease_expiry = CASE WHEN $%[1]d THEN NULL ELSE lease_expiry END", len(vmWriteCols)+3) +
-		fmt.Sprintf(" WHERE name = $%d AND owner = $%d AND version = $%d RETURNING version, lease_expiry", len(vmWriteCols), len(vmWriteCols)+1, len(vmWriteCols)+2)
-	upsertAttempt = "INSERT INTO " + attemptsTable + " (" + attemptCols + ") VALUES (" + params(1, 19) + ")" +
-		" ON CONFLICT (vm, n) DO UPDATE SET " + excludedList(splitCols(attemptCols)[2:])
+	updateVM = "UPDATE " + vmsTable + " SET " + assignments(rowcodec.VMWriteCols[1:], 1) + ", version = version + 1" +
+		fmt.Sprintf(", owner = CASE WHEN $%[1]d THEN '' ELSE owner END, lease_expiry = CASE WHEN $%[1]d THEN NULL ELSE lease_expiry END", len(rowcodec.VMWriteCols)+3) +
+		fmt.Sprintf(" WHERE name = $%d AND owner = $%d AND version = $%d RETURNING version, lease_expiry", len(rowcodec.VMWriteCols), len(rowcodec.VMWriteCols)+1, len(rowcodec.VMWriteCols)+2)
+	upsertAttempt = "INSERT INTO " + attemptsTable + " (" + rowcodec.AttemptCols + ") VALUES (" + params(1, len(rowcodec.Split(rowcodec.AttemptCols))) + ")" +
+		" ON CONFLICT (vm, n) DO UPDATE SET " + excludedList(rowcodec.Split(rowcodec.AttemptCols)[2:])
 	// A block replaces the stored one unless its Until is earlier (a zero
 	// Until is the earliest of all).
-	upsertBlock = "INSERT INTO " + blocksTable + " (" + blockCols + ") VALUES (" + params(1, 7) + ")" +
-		" ON CONFLICT (key) DO UPDATE SET " + excludedList(splitCols(blockCols)[1:]) +
+	upsertBlock = "INSERT INTO " + blocksTable + " (" + rowcodec.BlockCols + ") VALUES (" + params(1, len(rowcodec.Split(rowcodec.BlockCols))) + ")" +
+		" ON CONFLICT (key) DO UPDATE SET " + excludedList(rowcodec.Split(rowcodec.BlockCols)[1:]) +
 		" WHERE " + blocksTable + ".until IS NULL OR excluded.until >= " + blocksTable + ".until"
-	// appendEvents takes the next len($1) Seqs from the one-row counter and
-	// inserts the events with them, in one statement. The UPDATE locks the
+	// appendEvents takes the next n Seqs from the one-row counter and
+	// inserts the n events with them, in one statement: each parameter is
+	// one column of the events (see eventArrays). The UPDATE locks the
 	// counter row until the transaction ends, so appends are serialized and
 	// Seq order is commit order (see the package documentation).
-	appendEvents = `WITH c AS (UPDATE ` + seqTable + ` SET last = last + cardinality($1::bigint[]) RETURNING last)
-		INSERT INTO ` + eventsTable + ` (` + eventCols + `)
-		SELECT c.last - cardinality($1::bigint[]) + e.ord, e.time, e.vm, e.attempt, e.type, e.phase, e.provider,
-			e.region, e.zone, e.instance_id, e.error_kind, e.message, e.owner
-		FROM c, unnest($1::bigint[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[],
-			$8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
-			WITH ORDINALITY AS e(time, vm, attempt, type, phase, provider, region, zone, instance_id, error_kind, message, owner, ord)
+	appendEvents = appendEventsSQL()
+)
+
+// appendEventsSQL builds appendEvents from rowcodec.EventWriteCols and the
+// Go types of codec.EventArgs, so a new event column needs no change here.
+func appendEventsSQL() string {
+	cols := rowcodec.Split(rowcodec.EventWriteCols)
+	zero, _ := codec.EventArgs(&journal.Event{}) // the zero Event converts without error
+	arrays := make([]string, len(zero))
+	sel := make([]string, len(zero))
+	for i, v := range zero {
+		arrays[i] = fmt.Sprintf("$%d::%s[]", i+1, sqlType(v))
+		sel[i] = "e." + cols[i]
+	}
+	return `WITH c AS (UPDATE ` + seqTable + ` SET last = last + cardinality(` + arrays[0] + `) RETURNING last)
+		INSERT INTO ` + eventsTable + ` (` + rowcodec.EventCols + `)
+		SELECT c.last - cardinality(` + arrays[0] + `) + e.ord, ` + strings.Join(sel, ", ") + `
+		FROM c, unnest(` + strings.Join(arrays, ", ") + `)
+			WITH ORDINALITY AS e(` + strings.Join(cols, ", ") + `, ord)
 		ORDER BY e.ord
 		RETURNING seq`
-)
+}
+
+// sqlType is the column type of a value of codec.EventArgs.
+func sqlType(v any) string {
+	switch v.(type) {
+	case *int64:
+		return "bigint"
+	case int:
+		return "int"
+	case string:
+		return "text"
+	}
+	panic(fmt.Sprintf("journal/postgres: no SQL array type for an event column of Go type %T", v))
+}
+
+// eventArrays turns the rows of codec.EventArgs (at least one) into the
+// parameters of appendEvents: one typed array per column.
+func eventArrays(rows [][]any) []any {
+	out := make([]any, len(rows[0]))
+	for c := range out {
+		switch rows[0][c].(type) {
+		case *int64:
+			a := make([]*int64, len(rows))
+			for r := range rows {
+				a[r] = rows[r][c].(*int64)
+			}
+			out[c] = a
+		case int:
+			a := make([]int32, len(rows))
+			for r := range rows {
+				a[r] = int32(rows[r][c].(int))
+			}
+			out[c] = a
+		case string:
+			a := make([]string, len(rows))
+			for r := range rows {
+				a[r] = rows[r][c].(string)
+			}
+			out[c] = a
+		default:
+			panic(fmt.Sprintf("journal/postgres: no SQL array type for an event column of Go type %T", rows[0][c]))
+		}
+	}
+	return out
+}
 
 // excludedList returns "col = excluded.col, ...".
 func excludedList(cols []string) string {
@@ -69,20 +127,8 @@ type preparedStep struct {
 	create   []any
 	update   []any
 	attempts [][]any
-	events   eventArrays
+	events   [][]any
 	blocks   [][]any
-}
-
-// eventArrays are the events of a Step as the columns appendEvents unnests.
-type eventArrays struct {
-	time                                                                []*int64
-	vm                                                                  []string
-	attempt                                                             []int32
-	typ, phase, provider, region, zone, instanceID, errorKind, msg, own []string
-}
-
-func (e *eventArrays) args() []any {
-	return []any{e.time, e.vm, e.attempt, e.typ, e.phase, e.provider, e.region, e.zone, e.instanceID, e.errorKind, e.msg, e.own}
 }
 
 // stepResult is what a Step's transaction produced, written back into the
@@ -100,18 +146,14 @@ func prepareStep(s *journal.Step) (*preparedStep, error) {
 		if v.Name == "" {
 			return nil, errors.New("create: VM with empty Name")
 		}
-		args, err := vmArgs(v)
+		args, err := codec.CreateArgs(v)
 		if err != nil {
 			return nil, fmt.Errorf("create VM %s: %w", v.Name, err)
 		}
-		var c conv
-		p.create = append(args, v.Owner, c.time("VM.LeaseExpiry", v.LeaseExpiry))
-		if c.err != nil {
-			return nil, fmt.Errorf("create VM %s: %w", v.Name, c.err)
-		}
+		p.create = args
 	}
 	if v := s.Update; v != nil {
-		args, err := vmArgs(v)
+		args, err := codec.VMArgs(v)
 		if err != nil {
 			return nil, fmt.Errorf("update VM %s: %w", v.Name, err)
 		}
@@ -119,7 +161,7 @@ func prepareStep(s *journal.Step) (*preparedStep, error) {
 	}
 	for i := range s.Attempts {
 		a := &s.Attempts[i]
-		args, err := attemptArgs(a)
+		args, err := codec.AttemptArgs(a)
 		if err != nil {
 			return nil, fmt.Errorf("attempt %d of VM %s: %w", a.N, a.VM, err)
 		}
@@ -127,18 +169,14 @@ func prepareStep(s *journal.Step) (*preparedStep, error) {
 	}
 	for i := range s.Events {
 		e := &s.Events[i]
-		t, err := dbTime("Event.Time", e.Time)
+		args, err := codec.EventArgs(e)
 		if err != nil {
 			return nil, fmt.Errorf("event %d (%s of VM %s): %w", i, e.Type, e.VM, err)
 		}
-		ea := &p.events
-		ea.time, ea.vm, ea.attempt = append(ea.time, t), append(ea.vm, e.VM), append(ea.attempt, int32(e.Attempt))
-		ea.typ, ea.phase, ea.provider = append(ea.typ, e.Type), append(ea.phase, e.Phase), append(ea.provider, e.Provider)
-		ea.region, ea.zone, ea.instanceID = append(ea.region, e.Region), append(ea.zone, e.Zone), append(ea.instanceID, e.InstanceID)
-		ea.errorKind, ea.msg, ea.own = append(ea.errorKind, e.ErrorKind), append(ea.msg, e.Message), append(ea.own, e.Owner)
+		p.events = append(p.events, args)
 	}
 	for i := range s.Blocks {
-		args, err := blockArgs(&s.Blocks[i])
+		args, err := codec.BlockArgs(&s.Blocks[i])
 		if err != nil {
 			return nil, fmt.Errorf("block %s: %w", s.Blocks[i].Key, err)
 		}
@@ -149,7 +187,7 @@ func prepareStep(s *journal.Step) (*preparedStep, error) {
 
 // empty reports whether the Step writes nothing.
 func (p *preparedStep) empty() bool {
-	return p.create == nil && p.update == nil && len(p.attempts)+len(p.events.vm)+len(p.blocks) == 0
+	return p.create == nil && p.update == nil && len(p.attempts)+len(p.events)+len(p.blocks) == 0
 }
 
 // Commit applies s atomically and durably, in one transaction: all of it is
@@ -254,22 +292,22 @@ func (d *DB) commitOnce(ctx context.Context, p *preparedStep) (stepResult, error
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
 	b := &pgx.Batch{}
-	if len(p.events.vm) > 0 {
-		b.Queue(appendEvents, p.events.args()...)
+	if len(p.events) > 0 {
+		b.Queue(appendEvents, eventArrays(p.events)...)
 	}
 	b.Queue("COMMIT")
 	br := conn.SendBatch(cctx, b)
-	if len(p.events.vm) > 0 {
+	if len(p.events) > 0 {
 		rows, err := br.Query()
 		if err == nil {
 			r.seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		}
-		if err == nil && len(r.seqs) != len(p.events.vm) {
+		if err == nil && len(r.seqs) != len(p.events) {
 			err = fmt.Errorf("%d Seqs returned", len(r.seqs))
 		}
 		if err != nil {
 			_ = br.Close() // the append's error is the one to report; the COMMIT was skipped
-			return r, fmt.Errorf("append %d events: %w", len(p.events.vm), err)
+			return r, fmt.Errorf("append %d events: %w", len(p.events), err)
 		}
 	}
 	tag, err := br.Exec()
@@ -380,7 +418,7 @@ func update(ctx context.Context, tx dbtx, v *journal.VM, args []any) (int64, tim
 	)
 	err := tx.QueryRow(ctx, updateVM, args...).Scan(&version, &lease)
 	if err == nil {
-		return version, goTime(lease), nil
+		return version, rowcodec.GoTime(lease), nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return 0, time.Time{}, fmt.Errorf("update VM %s: %w", v.Name, err)

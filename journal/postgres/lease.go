@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/internal/rowcodec"
 )
 
 // acquireVM takes the lease in one conditional UPDATE: free, already ours,
@@ -20,7 +21,7 @@ import (
 const acquireVM = `UPDATE ` + vmsTable + ` SET owner = $1, lease_expiry = $2
 	WHERE name = $3 AND (owner = '' OR owner = $1 OR lease_expiry IS NULL OR lease_expiry <= $4
 		OR owner = ANY($5))
-	RETURNING ` + vmCols
+	RETURNING ` + rowcodec.VMCols
 
 // Acquire makes owner the lease holder of the VM named name until expiry and
 // returns the VM as stored; see journal.Journal. A lease is live while now is
@@ -34,7 +35,7 @@ func (d *DB) Acquire(ctx context.Context, name, owner string, now, expiry time.T
 	if owner == "" {
 		return journal.VM{}, d.errorf("acquire VM %s: empty owner", name)
 	}
-	exp, err := dbTime("expiry", expiry)
+	exp, err := rowcodec.Time("expiry", expiry)
 	if err != nil {
 		return journal.VM{}, d.errorf("acquire VM %s: %w", name, err)
 	}
@@ -47,7 +48,7 @@ func (d *DB) Acquire(ctx context.Context, name, owner string, now, expiry time.T
 	// The lease may change between the failed UPDATE and the read that
 	// says who holds it; when the read finds it free after all, try again.
 	for try := 0; ; try++ {
-		v, err := scanVM(d.lpool.QueryRow(ctx, acquireVM, owner, exp, name, cmpTime(now), dead))
+		v, err := codec.ScanVM(d.lpool.QueryRow(ctx, acquireVM, owner, exp, name, rowcodec.CmpTime(now), dead))
 		if err == nil {
 			return v, nil
 		}
@@ -63,8 +64,8 @@ func (d *DB) Acquire(ctx context.Context, name, owner string, now, expiry time.T
 		if err != nil {
 			return journal.VM{}, d.errorf("acquire VM %s as %s: %w", name, owner, err)
 		}
-		le.Expiry = goTime(lease)
-		taken := le.Owner != "" && le.Owner != owner && lease != nil && *lease > cmpTime(now)
+		le.Expiry = rowcodec.GoTime(lease)
+		taken := le.Owner != "" && le.Owner != owner && lease != nil && *lease > rowcodec.CmpTime(now)
 		for _, o := range dead {
 			taken = taken && le.Owner != o
 		}
@@ -99,7 +100,7 @@ func (d *DB) Renew(ctx context.Context, owner string, expiry time.Time, names []
 	if len(names) == 0 {
 		return nil, nil
 	}
-	exp, err := dbTime("expiry", expiry)
+	exp, err := rowcodec.Time("expiry", expiry)
 	if err != nil {
 		return nil, d.errorf("renew: %w", err)
 	}

@@ -10,11 +10,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/internal/rowcodec"
 )
 
 // GetVM returns the VM named name, or an error wrapping journal.ErrNotFound.
 func (d *DB) GetVM(ctx context.Context, name string) (journal.VM, error) {
-	v, err := scanVM(d.pool.QueryRow(ctx, "SELECT "+vmCols+" FROM "+vmsTable+" WHERE name = $1", name))
+	v, err := codec.ScanVM(d.pool.QueryRow(ctx, "SELECT "+rowcodec.VMCols+" FROM "+vmsTable+" WHERE name = $1", name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return journal.VM{}, d.errorf("VM %s: %w", name, journal.ErrNotFound)
 	}
@@ -49,11 +50,11 @@ func (d *DB) ListVMs(ctx context.Context, opts journal.ListOptions) ([]journal.V
 		args = append(args, opts.Cluster)
 		where = append(where, "cluster = $"+strconv.Itoa(len(args)))
 	}
-	q := "SELECT " + vmCols + " FROM " + vmsTable
+	q := "SELECT " + rowcodec.VMCols + " FROM " + vmsTable
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	vms, err := query(ctx, d, q+" ORDER BY name COLLATE \"C\"", args, scanVM)
+	vms, err := query(ctx, d, q+" ORDER BY name COLLATE \"C\"", args, codec.ScanVM)
 	if err != nil {
 		return nil, d.errorf("list VMs: %w", err)
 	}
@@ -63,7 +64,7 @@ func (d *DB) ListVMs(ctx context.Context, opts journal.ListOptions) ([]journal.V
 // Attempts returns the attempts of the VM named vm, ordered by N; none (and
 // no error) for a VM the journal does not hold.
 func (d *DB) Attempts(ctx context.Context, vm string) ([]journal.Attempt, error) {
-	as, err := query(ctx, d, "SELECT "+attemptCols+" FROM "+attemptsTable+" WHERE vm = $1 ORDER BY n", []any{vm}, scanAttempt)
+	as, err := query(ctx, d, "SELECT "+rowcodec.AttemptCols+" FROM "+attemptsTable+" WHERE vm = $1 ORDER BY n", []any{vm}, codec.ScanAttempt)
 	if err != nil {
 		return nil, d.errorf("attempts of VM %s: %w", vm, err)
 	}
@@ -75,7 +76,7 @@ func (d *DB) Attempts(ctx context.Context, vm string) ([]journal.Attempt, error)
 // package documentation), a reader following the log with After never
 // misses an event that commits later.
 func (d *DB) Events(ctx context.Context, q journal.EventQuery) ([]journal.Event, error) {
-	s := "SELECT " + eventCols + " FROM " + eventsTable + " WHERE seq > $1"
+	s := "SELECT " + rowcodec.EventCols + " FROM " + eventsTable + " WHERE seq > $1"
 	args := []any{q.After}
 	if q.VM != "" {
 		args = append(args, q.VM)
@@ -86,7 +87,7 @@ func (d *DB) Events(ctx context.Context, q journal.EventQuery) ([]journal.Event,
 		args = append(args, q.Limit)
 		s += " LIMIT $" + strconv.Itoa(len(args))
 	}
-	es, err := query(ctx, d, s, args, scanEvent)
+	es, err := query(ctx, d, s, args, codec.ScanEvent)
 	if err != nil {
 		return nil, d.errorf("events: %w", err)
 	}
@@ -95,7 +96,7 @@ func (d *DB) Events(ctx context.Context, q journal.EventQuery) ([]journal.Event,
 
 // Blocks returns the blocks whose Until is after now, ordered by Key.
 func (d *DB) Blocks(ctx context.Context, now time.Time) ([]journal.Block, error) {
-	bs, err := query(ctx, d, "SELECT "+blockCols+" FROM "+blocksTable+" WHERE until > $1 ORDER BY key COLLATE \"C\"", []any{cmpTime(now)}, scanBlock)
+	bs, err := query(ctx, d, "SELECT "+rowcodec.BlockCols+" FROM "+blocksTable+" WHERE until > $1 ORDER BY key COLLATE \"C\"", []any{rowcodec.CmpTime(now)}, codec.ScanBlock)
 	if err != nil {
 		return nil, d.errorf("blocks: %w", err)
 	}
@@ -103,7 +104,7 @@ func (d *DB) Blocks(ctx context.Context, now time.Time) ([]journal.Block, error)
 }
 
 // query runs q and scans every row with scan.
-func query[T any](ctx context.Context, d *DB, q string, args []any, scan func(scanner) (T, error)) ([]T, error) {
+func query[T any](ctx context.Context, d *DB, q string, args []any, scan func(rowcodec.Scanner) (T, error)) ([]T, error) {
 	rows, err := d.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err

@@ -9,21 +9,22 @@ import (
 	"time"
 
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/internal/rowcodec"
 )
 
 // SQL of the statements a Step runs.
 var (
-	insertVM = "INSERT INTO vms (" + strings.Join(vmWriteCols, ", ") + ", owner, lease_expiry, version) VALUES (" +
-		placeholders(len(vmWriteCols)+2) + ", 1)"
-	updateVM = "UPDATE vms SET " + setList(vmWriteCols[1:], "= ?") + ", version = version + 1" +
+	insertVM = "INSERT INTO vms (" + strings.Join(rowcodec.VMCreateCols, ", ") + ", version) VALUES (" +
+		placeholders(len(rowcodec.VMCreateCols)) + ", 1)"
+	updateVM = "UPDATE vms SET " + setList(rowcodec.VMWriteCols[1:], "= ?") + ", version = version + 1" +
 		" WHERE name = ? AND owner = ? AND version = ? RETURNING version, lease_expiry"
-	upsertAttempt = "INSERT INTO attempts (" + attemptCols + ") VALUES (" + placeholders(19) + ")" +
-		" ON CONFLICT (vm, n) DO UPDATE SET " + setList(splitCols(attemptCols)[2:], "= excluded.%s")
-	insertEvent = "INSERT INTO events (" + strings.TrimPrefix(eventCols, "seq, ") + ") VALUES (" + placeholders(12) + ")"
+	upsertAttempt = "INSERT INTO attempts (" + rowcodec.AttemptCols + ") VALUES (" + placeholders(len(rowcodec.Split(rowcodec.AttemptCols))) + ")" +
+		" ON CONFLICT (vm, n) DO UPDATE SET " + setList(rowcodec.Split(rowcodec.AttemptCols)[2:], "= excluded.%s")
+	insertEvent = "INSERT INTO events (" + rowcodec.EventWriteCols + ") VALUES (" + placeholders(len(rowcodec.Split(rowcodec.EventWriteCols))) + ")"
 	// A block replaces the stored one unless its Until is earlier (a zero
 	// Until is the earliest of all).
-	upsertBlock = "INSERT INTO blocks (" + blockCols + ") VALUES (" + placeholders(7) + ")" +
-		" ON CONFLICT (key) DO UPDATE SET " + setList(splitCols(blockCols)[1:], "= excluded.%s") +
+	upsertBlock = "INSERT INTO blocks (" + rowcodec.BlockCols + ") VALUES (" + placeholders(len(rowcodec.Split(rowcodec.BlockCols))) + ")" +
+		" ON CONFLICT (key) DO UPDATE SET " + setList(rowcodec.Split(rowcodec.BlockCols)[1:], "= excluded.%s") +
 		" WHERE blocks.until IS NULL OR excluded.until >= blocks.until"
 )
 
@@ -132,17 +133,12 @@ func prepareStep(s *journal.Step) (*preparedStep, error) {
 		if v.Name == "" {
 			return nil, errors.New("create: VM with empty Name")
 		}
-		if p.create, err = vmArgs(v); err != nil {
+		if p.create, err = codec.CreateArgs(v); err != nil {
 			return nil, fmt.Errorf("create VM %s: %w", v.Name, err)
-		}
-		var c conv
-		p.create = append(p.create, v.Owner, c.time("VM.LeaseExpiry", v.LeaseExpiry))
-		if c.err != nil {
-			return nil, fmt.Errorf("create VM %s: %w", v.Name, c.err)
 		}
 	}
 	if v := s.Update; v != nil {
-		args, err := vmArgs(v)
+		args, err := codec.VMArgs(v)
 		if err != nil {
 			return nil, fmt.Errorf("update VM %s: %w", v.Name, err)
 		}
@@ -150,21 +146,21 @@ func prepareStep(s *journal.Step) (*preparedStep, error) {
 	}
 	for i := range s.Attempts {
 		a := &s.Attempts[i]
-		args, err := attemptArgs(a)
+		args, err := codec.AttemptArgs(a)
 		if err != nil {
 			return nil, fmt.Errorf("attempt %d of VM %s: %w", a.N, a.VM, err)
 		}
 		p.attempts = append(p.attempts, args)
 	}
 	for i := range s.Events {
-		args, err := eventArgs(&s.Events[i])
+		args, err := codec.EventArgs(&s.Events[i])
 		if err != nil {
 			return nil, fmt.Errorf("event %d (%s of VM %s): %w", i, s.Events[i].Type, s.Events[i].VM, err)
 		}
 		p.events = append(p.events, args)
 	}
 	for i := range s.Blocks {
-		args, err := blockArgs(&s.Blocks[i])
+		args, err := codec.BlockArgs(&s.Blocks[i])
 		if err != nil {
 			return nil, fmt.Errorf("block %s: %w", s.Blocks[i].Key, err)
 		}
@@ -283,11 +279,11 @@ func create(q *txStmts, st *stmts, name string, args []any) error {
 func update(q *txStmts, st *stmts, v *journal.VM, args []any) (int64, time.Time, error) {
 	var (
 		version int64
-		lease   sql.NullInt64
+		lease   *int64
 	)
 	err := q.queryRow(st.updateVM, args...).Scan(&version, &lease)
 	if err == nil {
-		return version, goTime(lease), nil
+		return version, rowcodec.GoTime(lease), nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return 0, time.Time{}, fmt.Errorf("update VM %s: %w", v.Name, err)
@@ -322,13 +318,4 @@ func setList(cols []string, assign string) string {
 		parts[i] = c + " " + a
 	}
 	return strings.Join(parts, ", ")
-}
-
-// splitCols splits a column list constant.
-func splitCols(cols string) []string {
-	f := strings.Split(cols, ",")
-	for i := range f {
-		f[i] = strings.TrimSpace(f[i])
-	}
-	return f
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/internal/rowcodec"
 )
 
 // acquireVM takes the lease in one conditional statement: free, already
@@ -15,7 +16,7 @@ import (
 const acquireVM = `UPDATE vms SET owner = ?1, lease_expiry = ?2
 	WHERE name = ?3 AND (owner = '' OR owner = ?1 OR lease_expiry IS NULL OR lease_expiry <= ?4
 		OR owner IN (SELECT value FROM json_each(?5)))
-	RETURNING ` + vmCols
+	RETURNING ` + rowcodec.VMCols
 
 // Acquire makes owner the lease holder of the VM named name until expiry and
 // returns the VM as stored; see journal.Journal. A lease is live while now is
@@ -27,7 +28,7 @@ func (d *DB) Acquire(ctx context.Context, name, owner string, now, expiry time.T
 	if owner == "" {
 		return journal.VM{}, d.errorf("acquire VM %s: empty owner", name)
 	}
-	exp, err := dbTime("expiry", expiry)
+	exp, err := rowcodec.Time("expiry", expiry)
 	if err != nil {
 		return journal.VM{}, d.errorf("acquire VM %s: %w", name, err)
 	}
@@ -38,12 +39,12 @@ func (d *DB) Acquire(ctx context.Context, name, owner string, now, expiry time.T
 	var v journal.VM
 	err = d.writeTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		v, err = scanVM(tx.QueryRowContext(ctx, acquireVM, owner, exp, name, cmpTime(now), string(deadJSON)))
+		v, err = codec.ScanVM(tx.QueryRowContext(ctx, acquireVM, owner, exp, name, rowcodec.CmpTime(now), string(deadJSON)))
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
 		le := &journal.LeasedError{VM: name}
-		var lease sql.NullInt64
+		var lease *int64
 		err = tx.QueryRowContext(ctx, "SELECT owner, lease_expiry FROM vms WHERE name = ?", name).Scan(&le.Owner, &lease)
 		if errors.Is(err, sql.ErrNoRows) {
 			return journal.ErrNotFound
@@ -51,7 +52,7 @@ func (d *DB) Acquire(ctx context.Context, name, owner string, now, expiry time.T
 		if err != nil {
 			return err
 		}
-		le.Expiry = goTime(lease)
+		le.Expiry = rowcodec.GoTime(lease)
 		return le
 	})
 	if err != nil {
@@ -70,7 +71,7 @@ func (d *DB) Renew(ctx context.Context, owner string, expiry time.Time, names []
 	if len(names) == 0 {
 		return nil, nil
 	}
-	exp, err := dbTime("expiry", expiry)
+	exp, err := rowcodec.Time("expiry", expiry)
 	if err != nil {
 		return nil, d.errorf("renew: %w", err)
 	}

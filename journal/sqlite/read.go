@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/internal/rowcodec"
 )
 
 // GetVM returns the VM named name, or an error wrapping journal.ErrNotFound.
 func (d *DB) GetVM(ctx context.Context, name string) (journal.VM, error) {
-	v, err := scanVM(d.db.QueryRowContext(ctx, "SELECT "+vmCols+" FROM vms WHERE name = ?", name))
+	v, err := codec.ScanVM(d.db.QueryRowContext(ctx, "SELECT "+rowcodec.VMCols+" FROM vms WHERE name = ?", name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return journal.VM{}, d.errorf("VM %s: %w", name, journal.ErrNotFound)
 	}
@@ -45,11 +46,11 @@ func (d *DB) ListVMs(ctx context.Context, opts journal.ListOptions) ([]journal.V
 		where = append(where, "cluster = ?")
 		args = append(args, opts.Cluster)
 	}
-	q := "SELECT " + vmCols + " FROM vms"
+	q := "SELECT " + rowcodec.VMCols + " FROM vms"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	vms, err := query(ctx, d.db, q+" ORDER BY name", args, scanVM)
+	vms, err := query(ctx, d.db, q+" ORDER BY name", args, codec.ScanVM)
 	if err != nil {
 		return nil, d.errorf("list VMs: %w", err)
 	}
@@ -59,7 +60,7 @@ func (d *DB) ListVMs(ctx context.Context, opts journal.ListOptions) ([]journal.V
 // Attempts returns the attempts of the VM named vm, ordered by N; none (and
 // no error) for a VM the journal does not hold.
 func (d *DB) Attempts(ctx context.Context, vm string) ([]journal.Attempt, error) {
-	as, err := query(ctx, d.db, "SELECT "+attemptCols+" FROM attempts WHERE vm = ? ORDER BY n", []any{vm}, scanAttempt)
+	as, err := query(ctx, d.db, "SELECT "+rowcodec.AttemptCols+" FROM attempts WHERE vm = ? ORDER BY n", []any{vm}, codec.ScanAttempt)
 	if err != nil {
 		return nil, d.errorf("attempts of VM %s: %w", vm, err)
 	}
@@ -69,7 +70,7 @@ func (d *DB) Attempts(ctx context.Context, vm string) ([]journal.Attempt, error)
 // Events returns the events matching q in Seq order. A negative Limit is
 // treated as no limit.
 func (d *DB) Events(ctx context.Context, q journal.EventQuery) ([]journal.Event, error) {
-	s := "SELECT " + eventCols + " FROM events WHERE seq > ?"
+	s := "SELECT " + rowcodec.EventCols + " FROM events WHERE seq > ?"
 	args := []any{q.After}
 	if q.VM != "" {
 		s += " AND vm = ?"
@@ -80,7 +81,7 @@ func (d *DB) Events(ctx context.Context, q journal.EventQuery) ([]journal.Event,
 		s += " LIMIT ?"
 		args = append(args, q.Limit)
 	}
-	es, err := query(ctx, d.db, s, args, scanEvent)
+	es, err := query(ctx, d.db, s, args, codec.ScanEvent)
 	if err != nil {
 		return nil, d.errorf("events: %w", err)
 	}
@@ -89,7 +90,7 @@ func (d *DB) Events(ctx context.Context, q journal.EventQuery) ([]journal.Event,
 
 // Blocks returns the blocks whose Until is after now, ordered by Key.
 func (d *DB) Blocks(ctx context.Context, now time.Time) ([]journal.Block, error) {
-	bs, err := query(ctx, d.db, "SELECT "+blockCols+" FROM blocks WHERE until > ? ORDER BY key", []any{cmpTime(now)}, scanBlock)
+	bs, err := query(ctx, d.db, "SELECT "+rowcodec.BlockCols+" FROM blocks WHERE until > ? ORDER BY key", []any{rowcodec.CmpTime(now)}, codec.ScanBlock)
 	if err != nil {
 		return nil, d.errorf("blocks: %w", err)
 	}
@@ -97,7 +98,7 @@ func (d *DB) Blocks(ctx context.Context, now time.Time) ([]journal.Block, error)
 }
 
 // query runs q and scans every row with scan.
-func query[T any](ctx context.Context, db *sql.DB, q string, args []any, scan func(scanner) (T, error)) ([]T, error) {
+func query[T any](ctx context.Context, db *sql.DB, q string, args []any, scan func(rowcodec.Scanner) (T, error)) ([]T, error) {
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err

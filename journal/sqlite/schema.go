@@ -109,6 +109,10 @@ var migrations = []string{
 	// 2: a waiting VM's next try, a ready VM's expiry (Request.TTL, MaxCost).
 	`ALTER TABLE vms ADD COLUMN next_try INTEGER;
 	ALTER TABLE vms ADD COLUMN expires_at INTEGER;`,
+	// 3: Prune finds the VMs that ended before a time by (state, ended_at);
+	// the index also serves every lookup by state, so vms_state goes.
+	`CREATE INDEX vms_state_ended ON vms (state, ended_at);
+	DROP INDEX vms_state;`,
 }
 
 // schemaVersion is the schema version this package writes and the newest it

@@ -1,0 +1,125 @@
+package postgres
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/postgres/pgtest"
+)
+
+// TestMigrateVersion2JournalForPrune: a journal written by schema version 2
+// (before the prune index) opens, gets gpuprov_vms_state_ended in place of
+// gpuprov_vms_state, keeps its records, and prunes.
+func TestMigrateVersion2JournalForPrune(t *testing.T) {
+	ctx := context.Background()
+	srv := pgtest.Require(t)
+	u := srv.NewSchema(t)
+	old := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano()
+	setup := []string{
+		"CREATE TABLE " + metaTable + " (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+		"CREATE TABLE " + versionTable + " (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)",
+		"INSERT INTO " + versionTable + " VALUES (0, 1), (1, 1), (2, 1)",
+		"INSERT INTO " + metaTable + " VALUES ('installation', 'feedc0de00000002')",
+		migrations[0], migrations[1],
+	}
+	for _, vm := range []struct{ name, state string }{{"old-deleted", "deleted"}, {"old-ready", "ready"}} {
+		setup = append(setup,
+			`INSERT INTO gpuprov_vms (name, id, cluster, state, phase, attempt, provider, region, zone, price_per_hour,
+				instance_id, ssh_host, ssh_port, ssh_user, host_key, last_error, last_error_kind, owner, version, ended_at)
+			VALUES ('`+vm.name+`', 'x', '', '`+vm.state+`', '', 1, 'sim', 'r', 'r-a', 2.5, '', '', 0, '', '', '', '', '', 3, `+strconv.FormatInt(old, 10)+`)`,
+			`INSERT INTO gpuprov_attempts (vm, n, provider, region, zone, offer_key, state, phase, token, host_key, cleaned_up, error, error_kind)
+			VALUES ('`+vm.name+`', 1, 'sim', 'r', 'r-a', 'k', 'torn-down', '', '', '', true, '', '')`,
+			`UPDATE gpuprov_event_seq SET last = last + 1`,
+			`INSERT INTO gpuprov_events (seq, time, vm, attempt, type, phase, provider, region, zone, instance_id, error_kind, message, owner)
+			SELECT last, `+strconv.FormatInt(old, 10)+`, '`+vm.name+`', 1, 'deleted', '', '', '', '', '', '', '', '' FROM gpuprov_event_seq`)
+	}
+	if err := srv.ExecURL(ctx, u, setup...); err != nil {
+		t.Fatal(err)
+	}
+
+	j, err := Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if v, err := classify(ctx, j.pool); err != nil || v != 3 || schemaVersion != 3 {
+		t.Errorf("schema version after Open: %d, %v; want 3", v, err)
+	}
+	rows, err := j.pool.Query(ctx, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = $1", vmsTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := map[string]bool{}
+	for _, n := range names {
+		has[n] = true
+	}
+	if !has["gpuprov_vms_state_ended"] || has["gpuprov_vms_state"] {
+		t.Errorf("indexes of %s after migration: %v; want gpuprov_vms_state_ended and no gpuprov_vms_state", vmsTable, names)
+	}
+	res, err := j.Prune(ctx, journal.PruneOptions{Before: time.Unix(0, old+1), Now: time.Unix(0, old)})
+	if err != nil || res != (journal.PruneResult{VMs: 1, Attempts: 1, Events: 1}) {
+		t.Errorf("Prune of the migrated journal = %+v, %v; want 1 VM, 1 attempt, 1 event", res, err)
+	}
+	if got, err := j.GetVM(ctx, "old-ready"); err != nil || got.State != journal.StateReady {
+		t.Errorf("old-ready after Prune: %+v, %v", got, err)
+	}
+	if as, err := j.Attempts(ctx, "old-ready"); err != nil || len(as) != 1 {
+		t.Errorf("attempts of old-ready after Prune: %v, %v; want its one", as, err)
+	}
+}
+
+// TestPruneQueriesCanUseIndexes: each statement of Prune has an index to
+// find its rows by. (With seq scans disabled the planner picks it; on a
+// small table it would rightly scan.)
+func TestPruneQueriesCanUseIndexes(t *testing.T) {
+	ctx := context.Background()
+	srv := pgtest.Require(t)
+	j, err := Open(ctx, srv.NewSchema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	conn, err := j.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, "RESET enable_seqscan") }() // a failed reset only slows later tests
+	names := []string{"a", "b"}
+	for _, q := range []struct {
+		sql  string
+		args []any
+		want string
+	}{
+		{prunePick, []any{int64(1), int64(2), 3}, "gpuprov_vms_state_ended"},
+		{pruneEvents, []any{names}, "gpuprov_events_vm"},
+		{pruneAttempts, []any{names}, "gpuprov_attempts_pkey"},
+		{pruneRows, []any{names}, "gpuprov_vms_pkey"},
+		{pruneBlocks, []any{int64(1), 2}, "gpuprov_blocks_until"},
+	} {
+		rows, err := conn.Query(ctx, "EXPLAIN "+q.sql, q.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if all := strings.Join(plan, "\n"); !strings.Contains(all, q.want) {
+			t.Errorf("%s\nplan does not use %s:\n%s", q.sql, q.want, all)
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/internal/rowcodec"
+)
+
+// SQL of Prune. pruneVMs picks one batch of prunable VMs through the index
+// vms_state_ended; the deletes go through events_vm, the attempts' primary
+// key and the VMs' primary key, and pruneBlocks through blocks_until.
+var (
+	pruneVMs = `SELECT name FROM vms
+		WHERE state IN ('` + string(journal.StateDeleted) + `', '` + string(journal.StateFailed) + `') AND ended_at < ?1
+			AND (owner = '' OR lease_expiry IS NULL OR lease_expiry <= ?2)
+		LIMIT ?3`
+	pruneEvents   = "DELETE FROM events WHERE vm IN (SELECT value FROM json_each(?))"
+	pruneAttempts = "DELETE FROM attempts WHERE vm IN (SELECT value FROM json_each(?))"
+	pruneRows     = "DELETE FROM vms WHERE name IN (SELECT value FROM json_each(?))"
+	pruneBlocks   = "DELETE FROM blocks WHERE key IN (SELECT key FROM blocks WHERE until IS NULL OR until <= ? LIMIT ?)"
+)
+
+var _ journal.Pruner = (*DB)(nil)
+
+// Prune removes what the journal no longer needs: see journal.Pruner. Each
+// batch is one write transaction (BEGIN IMMEDIATE, synchronous=FULL) taken
+// in turn with this process's commit groups, so a Commit waits for at most
+// one batch; other processes on the file wait for the write lock as they
+// would for any writer.
+//
+// The file does not shrink: SQLite keeps the freed pages and fills them
+// with the rows written next, so a journal pruned regularly stays at the
+// size of what its retention keeps. Prune runs no VACUUM, which would
+// rewrite the whole file under the write lock (every Commit of every
+// process waiting for it); to give the space back to the file system,
+// stop the processes using the file and run `sqlite3 journal.db VACUUM`
+// (see docs/journal.md for measured figures).
+func (d *DB) Prune(ctx context.Context, opts journal.PruneOptions) (journal.PruneResult, error) {
+	var res journal.PruneResult
+	batch := opts.BatchSize()
+	if !opts.Before.IsZero() {
+		for {
+			if err := ctx.Err(); err != nil {
+				return res, d.errorf("prune: %w", err)
+			}
+			n, err := d.pruneVMBatch(ctx, opts, batch, &res)
+			if err != nil {
+				return res, d.errorf("prune VMs ended before %s: %w", opts.Before.UTC().Format("2006-01-02T15:04:05Z"), err)
+			}
+			if n < batch {
+				break
+			}
+		}
+	}
+	if !opts.Now.IsZero() {
+		for {
+			if err := ctx.Err(); err != nil {
+				return res, d.errorf("prune: %w", err)
+			}
+			var n int64
+			err := d.writeTx(ctx, func(tx *sql.Tx) error {
+				r, err := tx.ExecContext(ctx, pruneBlocks, rowcodec.CmpTime(opts.Now), batch)
+				if err == nil {
+					n, err = r.RowsAffected()
+				}
+				return err
+			})
+			if err != nil {
+				return res, d.errorf("prune expired blocks: %w", err)
+			}
+			res.Blocks += int(n)
+			if int(n) < batch {
+				break
+			}
+		}
+	}
+	return res, nil
+}
+
+// pruneVMBatch removes one batch of at most batch VMs, with their attempts
+// and events, in one transaction; once it has committed it adds what it
+// removed to res and returns the number of VMs.
+func (d *DB) pruneVMBatch(ctx context.Context, opts journal.PruneOptions, batch int, res *journal.PruneResult) (int, error) {
+	var vms, attempts, events int64
+	err := d.writeTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, pruneVMs, rowcodec.CmpTime(opts.Before), rowcodec.CmpTime(opts.Now), batch)
+		if err != nil {
+			return err
+		}
+		var names []string
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				_ = rows.Close() // the Scan error is the one to report
+				return err
+			}
+			names = append(names, n)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if len(names) == 0 {
+			return nil
+		}
+		list, err := json.Marshal(names)
+		if err != nil {
+			return err
+		}
+		for _, del := range []struct {
+			sql string
+			n   *int64
+		}{{pruneEvents, &events}, {pruneAttempts, &attempts}, {pruneRows, &vms}} {
+			r, err := tx.ExecContext(ctx, del.sql, string(list))
+			if err != nil {
+				return err
+			}
+			if *del.n, err = r.RowsAffected(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	res.VMs, res.Attempts, res.Events = res.VMs+int(vms), res.Attempts+int(attempts), res.Events+int(events)
+	return int(vms), nil
+}
