@@ -201,6 +201,8 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 			cctx = withStopper(ctx, st)
 		}
 		var id string
+		g := &granted{}
+		cctx = context.WithValue(cctx, grantedKey{}, g)
 		err := pp.call(cctx, "create", o.Location, func(ctx context.Context) (err error) {
 			if st != nil && !pp.perRequest {
 				// The core granted the turn: the create goes out.
@@ -214,6 +216,13 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 		})
 		if us := d.unsent[a.N]; us != nil && (st == nil || st.sent.Load()) {
 			us.create = false
+		}
+		if at := g.at.Load(); at != nil {
+			// The listing lag counts from the send, not from the intent
+			// journaled before the wait for the account's turn (the
+			// journal keeps the earlier time until the attempt's next
+			// write).
+			a.CreateSent = *at
 		}
 		if err == nil {
 			// The instance exists now: a look that started before this
@@ -289,10 +298,11 @@ func (d *driver) recordInstance(ctx context.Context, a *journal.Attempt, id, how
 // findLanded observes until an instance of the VM appears or the cloud's
 // consistency window since the last create has passed.
 func (d *driver) findLanded(ctx context.Context, pp *paced, a *journal.Attempt) (*provider.Observed, error) {
-	for {
-		// The create's fate decides what comes next: the look does not
-		// wait for the location's next shared listing.
-		obs, err := d.look(ctx, pp, a, true)
+	for first := true; ; first = false {
+		// The create's fate decides what comes next: its first look does
+		// not wait for the location's next shared listing; the looks that
+		// wait out the listing lag share it.
+		obs, err := d.look(ctx, pp, a, first)
 		if err == nil {
 			if best := pickInstance(obs, a.InstanceIDs); best != nil {
 				return best, nil
@@ -300,9 +310,14 @@ func (d *driver) findLanded(ctx context.Context, pp *paced, a *journal.Attempt) 
 		} else if provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil {
 			return nil, err
 		}
+		// Nothing there counts once a look that worked saw nothing after
+		// the window: a failed look says nothing.
 		left := a.CreateSent.Add(pp.caps.ConsistencyWindow).Sub(d.now())
-		if left <= 0 {
+		if left <= 0 && err == nil {
 			return nil, nil
+		}
+		if left <= 0 {
+			left = d.p.backoff.Delay(0, provider.RetryAfterOf(err))
 		}
 		if err := d.p.clock.Sleep(ctx, min(left, pp.caps.PollInterval)); err != nil {
 			return nil, err

@@ -3,6 +3,7 @@ package gpuprov
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/org/gpuprov/clock"
@@ -14,6 +15,7 @@ import (
 // interval, not a thousand.
 type listing struct {
 	started time.Time
+	turns   int32 // the account's turns the List took (its pages, for a RequestPacer)
 	done    chan struct{}
 	byVM    map[string][]provider.Observed
 	err     error
@@ -101,11 +103,30 @@ func (pp *paced) nextListing(pl *poller, clk clock.Clock) time.Time {
 		prev = pl.last
 	}
 	if prev != nil {
-		if t := prev.started.Add(pp.caps.PollInterval); t.After(at) {
+		if t := prev.started.Add(pp.listInterval(pl)); t.After(at) {
 			at = t
 		}
 	}
 	return at
+}
+
+// listShare is the part of an account's request rate that polling may
+// take: a listing of p pages starts at most every p / (listShare × rate)
+// seconds. Ten thousand VMs booting make a listing of many pages; polling it
+// every PollInterval would take most of the account's rate, and its cost per
+// VM would grow with the fleet.
+const listShare = 0.1
+
+// listInterval is how long after a listing the poller's next one may
+// start: PollInterval, or longer when the last listing's pages would take
+// more than listShare of the account's rate. pl.mu is held.
+func (pp *paced) listInterval(pl *poller) time.Duration {
+	d := pp.caps.PollInterval
+	if pl.last == nil || pp.caps.RequestsPerSecond <= 0 {
+		return d
+	}
+	budget := time.Duration(float64(pl.last.turns) / (listShare * pp.caps.RequestsPerSecond) * float64(time.Second))
+	return max(d, budget)
 }
 
 func (pp *paced) runListing(pl *poller, l *listing, loc provider.Location, clk clock.Clock) {
@@ -117,10 +138,12 @@ func (pp *paced) runListing(pl *poller, l *listing, loc provider.Location, clk c
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var all []provider.Observed
-	l.err = pp.call(withPriority(ctx), "list", loc, func(ctx context.Context) (err error) {
+	var turns atomic.Int32
+	l.err = pp.call(context.WithValue(withPriority(ctx), turnsKey{}, &turns), "list", loc, func(ctx context.Context) (err error) {
 		all, err = pp.lister.List(ctx, loc)
 		return err
 	})
+	l.turns = turns.Load()
 	if l.err == nil {
 		l.byVM = make(map[string][]provider.Observed)
 		for _, o := range all {

@@ -2,6 +2,7 @@ package gpuprov
 
 import (
 	"context"
+	"sync/atomic"
 	"sync"
 	"time"
 
@@ -127,8 +128,24 @@ func (pp *paced) turn(ctx context.Context) error {
 	if s != nil && pp.perRequest {
 		s.sent.Store(true) // the provider sends its request now
 	}
+	if g, ok := ctx.Value(grantedKey{}).(*granted); ok {
+		now := pp.clock.Now()
+		g.at.Store(&now)
+	}
+	if c, ok := ctx.Value(turnsKey{}).(*atomic.Int32); ok {
+		c.Add(1)
+	}
 	return nil
 }
+
+// granted holds when the account last granted a turn to a call (a
+// create's send time); turnsKey counts the turns a call took (a listing's
+// pages).
+type (
+	granted    struct{ at atomic.Pointer[time.Time] }
+	grantedKey struct{}
+	turnsKey   struct{}
+)
 
 // call makes one primitive call op in loc: it waits for the account's turn
 // (unless the provider paces its own requests), runs f, notes what the

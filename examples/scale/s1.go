@@ -271,7 +271,7 @@ func (r *s1Result) Report() string {
 		r.Wall.Seconds(), r.LastReady.Seconds(), r.FloorLead().Seconds(), r.Wall.Seconds()/r.FloorLead().Seconds())
 	fmt.Fprintf(&b, "  floor of the calls made (%v; the busiest account's at its rate, + boot) %.2fs → ratio %.2f\n",
 		r.CloudCalls, r.FloorCalls().Seconds(), r.Wall.Seconds()/r.FloorCalls().Seconds())
-	fmt.Fprintf(&b, "  API calls per VM %.2f, beyond the create %.2f (target ≤ 3); creates landed %d (%.2f/VM), 429s %d, injected 5xx %d, lost creates %d\n",
+	fmt.Fprintf(&b, "  API calls per VM %.2f, beyond the create %.2f (target ≤ 1.2); creates landed %d (%.2f/VM), 429s %d, injected 5xx %d, lost creates %d\n",
 		float64(r.TotalCalls)/n, float64(r.TotalCalls-r.Cfg.VMs)/n, r.Creates, float64(r.Creates)/n, r.RateLimited, r.Injected5xx, r.LostCreates)
 	for _, k := range slices.Sorted(maps.Keys(r.Calls)) {
 		fmt.Fprintf(&b, "    %-16s %6d  %.3f/VM\n", k, r.Calls[k], float64(r.Calls[k])/n)
