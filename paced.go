@@ -2,8 +2,8 @@ package gpuprov
 
 import (
 	"context"
-	"sync/atomic"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/org/gpuprov/clock"
