@@ -43,39 +43,15 @@ var _ journal.Pruner = (*DB)(nil)
 // The space of deleted rows is reclaimed by autovacuum and reused for new
 // rows; Prune runs no VACUUM.
 func (d *DB) Prune(ctx context.Context, opts journal.PruneOptions) (journal.PruneResult, error) {
-	var res journal.PruneResult
-	batch := opts.BatchSize()
-	if !opts.Before.IsZero() {
-		for {
-			if err := ctx.Err(); err != nil {
-				return res, d.errorf("prune: %w", err)
-			}
-			n, err := d.pruneVMBatch(ctx, opts, batch, &res)
-			if err != nil {
-				return res, d.errorf("prune VMs ended before %s: %w", opts.Before.UTC().Format("2006-01-02T15:04:05Z"), err)
-			}
-			if n < batch {
-				break
-			}
+	return rowcodec.Prune(ctx, opts, func(ctx context.Context, batch int, res *journal.PruneResult) (int, error) {
+		return d.pruneVMBatch(ctx, opts, batch, res)
+	}, func(ctx context.Context, batch int) (int, error) {
+		tag, err := d.pool.Exec(ctx, pruneBlocks, rowcodec.CmpTime(opts.Now), batch)
+		if err != nil {
+			return 0, err
 		}
-	}
-	if !opts.Now.IsZero() {
-		for {
-			if err := ctx.Err(); err != nil {
-				return res, d.errorf("prune: %w", err)
-			}
-			tag, err := d.pool.Exec(ctx, pruneBlocks, rowcodec.CmpTime(opts.Now), batch)
-			if err != nil {
-				return res, d.errorf("prune expired blocks: %w", err)
-			}
-			n := int(tag.RowsAffected())
-			res.Blocks += n
-			if n < batch {
-				break
-			}
-		}
-	}
-	return res, nil
+		return int(tag.RowsAffected()), nil
+	}, d.errorf)
 }
 
 // pruneVMBatch removes one batch of at most batch VMs, with their attempts

@@ -39,45 +39,19 @@ var _ journal.Pruner = (*DB)(nil)
 // stop the processes using the file and run `sqlite3 journal.db VACUUM`
 // (see docs/journal.md for measured figures).
 func (d *DB) Prune(ctx context.Context, opts journal.PruneOptions) (journal.PruneResult, error) {
-	var res journal.PruneResult
-	batch := opts.BatchSize()
-	if !opts.Before.IsZero() {
-		for {
-			if err := ctx.Err(); err != nil {
-				return res, d.errorf("prune: %w", err)
+	return rowcodec.Prune(ctx, opts, func(ctx context.Context, batch int, res *journal.PruneResult) (int, error) {
+		return d.pruneVMBatch(ctx, opts, batch, res)
+	}, func(ctx context.Context, batch int) (int, error) {
+		var n int64
+		err := d.writeTx(ctx, func(tx *sql.Tx) error {
+			r, err := tx.ExecContext(ctx, pruneBlocks, rowcodec.CmpTime(opts.Now), batch)
+			if err == nil {
+				n, err = r.RowsAffected()
 			}
-			n, err := d.pruneVMBatch(ctx, opts, batch, &res)
-			if err != nil {
-				return res, d.errorf("prune VMs ended before %s: %w", opts.Before.UTC().Format("2006-01-02T15:04:05Z"), err)
-			}
-			if n < batch {
-				break
-			}
-		}
-	}
-	if !opts.Now.IsZero() {
-		for {
-			if err := ctx.Err(); err != nil {
-				return res, d.errorf("prune: %w", err)
-			}
-			var n int64
-			err := d.writeTx(ctx, func(tx *sql.Tx) error {
-				r, err := tx.ExecContext(ctx, pruneBlocks, rowcodec.CmpTime(opts.Now), batch)
-				if err == nil {
-					n, err = r.RowsAffected()
-				}
-				return err
-			})
-			if err != nil {
-				return res, d.errorf("prune expired blocks: %w", err)
-			}
-			res.Blocks += int(n)
-			if int(n) < batch {
-				break
-			}
-		}
-	}
-	return res, nil
+			return err
+		})
+		return int(n), err
+	}, d.errorf)
 }
 
 // pruneVMBatch removes one batch of at most batch VMs, with their attempts

@@ -31,6 +31,7 @@
 package rowcodec
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -311,4 +312,48 @@ func (c *conv) keep(err error) {
 	if c.err == nil {
 		c.err = err
 	}
+}
+
+// Prune runs the batches of a journal.Pruner.Prune: VM batches while one
+// removes a full batch, then block batches likewise, checking ctx before
+// each. vms removes one batch and adds what it removed to res; blocks
+// removes one batch of expired blocks and returns how many. errorf wraps
+// an error with the backend's prefix.
+func Prune(ctx context.Context, opts journal.PruneOptions,
+	vms func(ctx context.Context, batch int, res *journal.PruneResult) (int, error),
+	blocks func(ctx context.Context, batch int) (int, error),
+	errorf func(format string, a ...any) error,
+) (journal.PruneResult, error) {
+	var res journal.PruneResult
+	batch := opts.BatchSize()
+	if !opts.Before.IsZero() {
+		for {
+			if err := ctx.Err(); err != nil {
+				return res, errorf("prune: %w", err)
+			}
+			n, err := vms(ctx, batch, &res)
+			if err != nil {
+				return res, errorf("prune VMs ended before %s: %w", opts.Before.UTC().Format("2006-01-02T15:04:05Z"), err)
+			}
+			if n < batch {
+				break
+			}
+		}
+	}
+	if !opts.Now.IsZero() {
+		for {
+			if err := ctx.Err(); err != nil {
+				return res, errorf("prune: %w", err)
+			}
+			n, err := blocks(ctx, batch)
+			if err != nil {
+				return res, errorf("prune expired blocks: %w", err)
+			}
+			res.Blocks += n
+			if n < batch {
+				break
+			}
+		}
+	}
+	return res, nil
 }
