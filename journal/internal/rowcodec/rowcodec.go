@@ -33,6 +33,7 @@ package rowcodec
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -333,6 +334,7 @@ func Prune(ctx context.Context, opts journal.PruneOptions,
 			}
 			n, err := vms(ctx, batch, &res)
 			if err != nil {
+				err = withCause(ctx, err)
 				return res, errorf("prune VMs ended before %s: %w", opts.Before.UTC().Format("2006-01-02T15:04:05Z"), err)
 			}
 			if n < batch {
@@ -347,6 +349,7 @@ func Prune(ctx context.Context, opts journal.PruneOptions,
 			}
 			n, err := blocks(ctx, batch)
 			if err != nil {
+				err = withCause(ctx, err)
 				return res, errorf("prune expired blocks: %w", err)
 			}
 			res.Blocks += n
@@ -356,4 +359,14 @@ func Prune(ctx context.Context, opts journal.PruneOptions,
 		}
 	}
 	return res, nil
+}
+
+// withCause adds ctx's error to err when ctx ended and err does not say so
+// (database/sql answers "transaction has already been committed or rolled
+// back" for a statement of a transaction its context cancelled).
+func withCause(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w (%w)", cerr, err)
+	}
+	return err
 }
