@@ -167,11 +167,18 @@ func (d *driver) newHostKey(pp *paced, a *journal.Attempt) error {
 func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *journal.Attempt, resumed bool) error {
 	observeFirst := resumed
 	sharedGone := 0
+	var last error // the last create's error, for an end that cuts the retries short
+	withLast := func(err error) error {
+		if last != nil && context.Cause(ctx) != nil && !errors.Is(err, last) {
+			return errors.Join(err, last)
+		}
+		return err
+	}
 	for n := 0; ; n++ {
 		if observeFirst {
 			inst, err := d.findLanded(ctx, pp, a)
 			if err != nil {
-				return err
+				return withLast(err)
 			}
 			if inst != nil {
 				return d.recordInstance(ctx, a, inst.ID, EvAdopted)
@@ -231,8 +238,9 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 			return d.recordInstance(ctx, a, id, EvCreated)
 		}
 		if provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil {
-			return err
+			return withLast(err)
 		}
+		last = err
 		if errors.Is(err, provider.ErrSharedGone) && sharedGone < 3 {
 			// Another process removed a shared side resource between this
 			// VM's Prepare and its create, which did not land: prepare
