@@ -343,8 +343,9 @@ func (d *driver) observe(ctx context.Context, pp *paced, a *journal.Attempt) ([]
 }
 
 // look is observe; now says the look may not wait for the location's next
-// shared listing (which starts at most once per PollInterval): it is one
-// Observe call of its own.
+// shared listing (which starts at most once per PollInterval): it is a
+// call of its own, a List of the location (filtered to the VM) on a
+// provider with a Lister, else an Observe.
 func (d *driver) look(ctx context.Context, pp *paced, a *journal.Attempt, now bool) ([]provider.Observed, error) {
 	loc := provider.Location{Region: a.Region, Zone: a.Zone}
 	fresh := d.seen.Add(time.Nanosecond)

@@ -52,12 +52,14 @@ const LabelShared = "gpuprov-shared"
 
 // SharedName is the name of the installation's shared side resource that
 // opens ports: gpuprov-<12 hex digits of a hash of the installation and the
-// port set>. Ports are compared as a set, so two VMs asking for the same
-// ports in another order share one resource. At most 28 characters, valid
+// port set>. Ports are compared as a set, protocols in any case, so two VMs
+// asking for the same ports in another order or spelling share one
+// resource. At most 28 characters, valid
 // for every cloud's names (lowercase letters, digits and '-').
 func SharedName(installation string, ports []Port) string {
 	set := make([]string, 0, len(ports))
 	for _, p := range ports {
+		p.Protocol = strings.ToLower(p.Protocol)
 		set = append(set, p.String())
 	}
 	slices.Sort(set)
