@@ -45,13 +45,19 @@ func (d *driver) runAttempt(ctx context.Context, a *journal.Attempt, resumed boo
 		var err error
 		switch a.Phase {
 		case PhasePrepare:
-			err = d.prepare(ctx, pp, &offer, a)
+			pctx, sp := d.p.child(ctx, phaseSpan, PhasePrepare)
+			err = d.prepare(pctx, pp, &offer, a)
+			endSpan(sp, err)
 		case PhaseCreate:
-			err = d.create(ctx, pp, &offer, a, resumed)
+			pctx, sp := d.p.child(ctx, phaseSpan, PhaseCreate)
+			err = d.create(pctx, pp, &offer, a, resumed)
+			endSpan(sp, err)
 		case PhaseBoot:
-			err = d.boot(ctx, pp, a)
+			pctx, sp := d.p.child(ctx, phaseSpan, PhaseBoot)
+			err = d.boot(pctx, pp, a)
+			endSpan(sp, err)
 		case PhaseConnect, PhaseBootstrap, PhaseJoin:
-			err = d.nodePhases(ctx, a)
+			err = d.nodePhases(ctx, a) // a span per phase of its own
 		case "":
 			return nil
 		default:
@@ -503,7 +509,7 @@ func (d *driver) retry(ctx context.Context, pp *paced, a *journal.Attempt, op st
 	loc := provider.Location{Region: a.Region, Zone: a.Zone}
 	callOp, _, _ := strings.Cut(op, " ") // "delete duplicates" is a delete
 	for n := 0; ; n++ {
-		err := pp.call(ctx, callOp, loc, f)
+		err := pp.call(withRetry(ctx, n), callOp, loc, f)
 		if err == nil || provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil {
 			return err
 		}
@@ -519,6 +525,7 @@ func (d *driver) backoff(ctx context.Context, a *journal.Attempt, op string, n i
 	e := d.event(EvRetry, a, fmt.Sprintf("%s: %v; retry %d in %v", op, cause, n+1, wait.Round(time.Millisecond)))
 	e.ErrorKind, e.VM, e.Time, e.Owner = provider.Transient.String(), d.row.Name, d.now(), d.p.owner
 	d.p.emit([]journal.Event{e}) // retries are not journaled: they change no state
+	traceRetry(ctx, op, n+1, wait, provider.RetryAfterOf(cause))
 	if err := d.p.clock.Sleep(ctx, wait); err != nil {
 		return errors.Join(err, cause)
 	}

@@ -31,7 +31,10 @@ func cpuTime() time.Duration {
 // in-memory fleet on every poll would measure the fake, not the engine.
 //
 //	go test -run x -bench Launch -benchtime 2000x .
-func BenchmarkLaunch(b *testing.B) {
+func BenchmarkLaunch(b *testing.B) { benchLaunch(b) }
+
+// benchLaunch is BenchmarkLaunch with the Provisioner's extra options.
+func benchLaunch(b *testing.B, opts ...gpuprov.Option) {
 	db, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "journal.db"))
 	if err != nil {
 		b.Fatal(err)
@@ -39,7 +42,7 @@ func BenchmarkLaunch(b *testing.B) {
 	defer db.Close()
 	f := pt.NewFake("zero", clock.Real, pt.Offer("r1", "", "t", "H100-80GB", 1, 2))
 	f.Installation = db.Installation()
-	p, err := gpuprov.New(db, gpuprov.WithProvider(noList{f}))
+	p, err := gpuprov.New(db, append([]gpuprov.Option{gpuprov.WithProvider(noList{f})}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -72,7 +72,17 @@ type Cluster struct {
 // Joiner, the first node to be ready becomes the server and the others join
 // it as they become ready. If fewer than MinNodes are ready, every node is
 // deleted and the error says why each failed.
-func (p *Provisioner) LaunchCluster(ctx context.Context, req ClusterRequest) (*Cluster, error) {
+func (p *Provisioner) LaunchCluster(ctx context.Context, req ClusterRequest) (c *Cluster, err error) {
+	ctx, sp := p.startOp(ctx, "gpuprov.LaunchCluster")
+	if sp.IsRecording() {
+		sp.SetAttributes(attrCluster.String(req.Name), attrCount.Int(req.Nodes), attrGPU.String(req.Node.GPU))
+		defer func() { endSpan(sp, err) }()
+	}
+	return p.launchCluster(ctx, req)
+}
+
+// launchCluster is LaunchCluster within its span.
+func (p *Provisioner) launchCluster(ctx context.Context, req ClusterRequest) (*Cluster, error) {
 	if err := ValidateName(req.Name); err != nil {
 		return nil, err
 	}

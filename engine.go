@@ -282,12 +282,8 @@ func (d *driver) provision(ctx context.Context) error {
 		case cur == nil:
 			return fmt.Errorf("gpuprov: VM %s: journal names attempt %d but has no such attempt", d.row.Name, d.row.Attempt)
 		case cur.State == journal.AttemptActive:
-			err := d.runAttempt(ctx, cur, true)
-			if err == nil {
-				return nil
-			}
-			if stop := d.afterFailure(ctx, cur, err); stop != nil {
-				return stop
+			if end, err := d.attempt(ctx, cur, true); end {
+				return err
 			}
 		case cur.State == journal.AttemptTearingDown:
 			if err := d.teardown(ctx, cur, nil, false); err != nil {
@@ -345,14 +341,33 @@ func (d *driver) provision(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		err = d.runAttempt(ctx, a, false)
-		if err == nil {
-			return nil
-		}
-		if stop := d.afterFailure(ctx, a, err); stop != nil {
-			return stop
+		if end, err := d.attempt(ctx, a, false); end {
+			return err
 		}
 	}
+}
+
+// attempt runs attempt a (resumed: taken over from the journal) and, when
+// it fails, what its failure leads to (the block, the teardown, the end of
+// the launch or not), under the span gpuprov.attempt. end says the launch
+// ended: ready when err is nil.
+func (d *driver) attempt(ctx context.Context, a *journal.Attempt, resumed bool) (end bool, err error) {
+	ctx, sp := d.p.child(ctx, "gpuprov.attempt", "")
+	if sp.IsRecording() {
+		var o provider.Offer
+		if json.Unmarshal(a.Offer, &o) == nil {
+			sp.SetAttributes(attemptAttrs(a, &o, resumed)...)
+			ctx = withCallTags(ctx, o.InstanceType)
+		}
+	}
+	err = d.runAttempt(ctx, a, resumed)
+	if err == nil {
+		endSpan(sp, nil)
+		return true, nil
+	}
+	stop := d.afterFailure(ctx, a, err)
+	endSpan(sp, err) // the attempt failed, whether the launch goes on or not
+	return stop != nil, stop
 }
 
 // withLast adds to err, which ends the launch for want of offers, why the

@@ -108,7 +108,12 @@ func definitive(k provider.ErrorKind) bool {
 // place). What this process knows the attempt never sent is not undone: no
 // look for instances when no create went out, no cleanup when no Prepare
 // request did.
-func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journal.Step, later bool) error {
+func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journal.Step, later bool) (err error) {
+	ctx, sp := d.p.child(ctx, "gpuprov.teardown", "")
+	if sp.IsRecording() {
+		sp.SetAttributes(attrAttempt.Int(a.N), attrCloudProvider.String(a.Provider))
+		defer func() { endSpan(sp, err) }()
+	}
 	pp, ok := d.p.providers[a.Provider]
 	if !ok {
 		return provider.Errorf(provider.Credentials, a.Provider, "teardown", "provider %q is not configured in this process; configure it to tear down attempt %d", a.Provider, a.N)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/org/gpuprov/clock"
@@ -85,6 +86,10 @@ type Provisioner struct {
 	retention time.Duration
 	// callObservers receive every primitive call (WithCallObserver).
 	callObservers []func(Call)
+	// tracerProvider is WithTracerProvider's (nil: the global one);
+	// tracer is made from it by New (see tracing.go).
+	tracerProvider trace.TracerProvider
+	tracer         trace.Tracer
 
 	mu      sync.Mutex
 	held    map[string]int      // VM name → number of drivers holding its lease
@@ -248,9 +253,10 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 	if p.owner == "" {
 		p.owner = defaultOwner()
 	}
+	p.initTracer()
 	for _, name := range p.Providers() {
 		pp := p.providers[name]
-		pp.start(p.clock, p.callObservers)
+		pp.start(p.clock, p.callObservers, p.tracer)
 		// Every create is stamped with the journal's installation; a
 		// provider that filters on another would never see it again.
 		if err := pp.BindInstallation(j.Installation()); err != nil {

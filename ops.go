@@ -38,8 +38,20 @@ type clusterNode struct {
 	nodes, min int
 }
 
-// launchNode is launch for a VM that may be a node of a cluster.
-func (p *Provisioner) launchNode(ctx context.Context, req Request, cn clusterNode) (*VM, error) {
+// launchNode is launch for a VM that may be a node of a cluster, under the
+// span gpuprov.Launch.
+func (p *Provisioner) launchNode(ctx context.Context, req Request, cn clusterNode) (vm *VM, err error) {
+	ctx, sp := p.startOp(ctx, "gpuprov.Launch")
+	if sp.IsRecording() {
+		sp.SetAttributes(attrVM.String(req.Name), attrGPU.String(req.GPU), attrGPUCount.Int(req.GPUCount))
+		if cn.cluster != "" {
+			sp.SetAttributes(attrCluster.String(cn.cluster))
+		}
+		defer func() {
+			sp.SetAttributes(vmAttrs(vm)...)
+			endSpan(sp, err)
+		}()
+	}
 	if err := req.normalize(p.providerSet()); err != nil {
 		return nil, err
 	}
@@ -171,7 +183,12 @@ func (p *Provisioner) LaunchEach(ctx context.Context, reqs []Request, done func(
 // the VM running in this process is cancelled first (it tears down what it
 // started). A VM driven by another live process gives ErrBusy. Deleting a
 // deleted or failed VM does nothing.
-func (p *Provisioner) Delete(ctx context.Context, name string) error {
+func (p *Provisioner) Delete(ctx context.Context, name string) (err error) {
+	ctx, sp := p.startOp(ctx, "gpuprov.Delete")
+	if sp.IsRecording() {
+		sp.SetAttributes(attrVM.String(name))
+		defer func() { endSpan(sp, err) }()
+	}
 	return p.deleteIf(ctx, name, func(journal.VM) (string, bool) { return "", true })
 }
 

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/provider"
 )
@@ -30,6 +32,7 @@ type paced struct {
 	perRequest bool
 	burst      int
 	observers  []func(Call) // the Provisioner's, set by New
+	tracer     trace.Tracer // the Provisioner's, set by New
 
 	lister provider.Lister // nil: Observe per VM
 	clock  clock.Clock     // the Provisioner's, set by New
@@ -68,11 +71,11 @@ func newPaced(cp provider.CloudProvider) *paced {
 	return pp
 }
 
-// start sets the clock and the observers, makes the account's pacer and
-// hands it to a provider that paces its own requests. New calls it once,
-// before any call.
-func (pp *paced) start(clk clock.Clock, observers []func(Call)) {
-	pp.clock, pp.observers = clk, observers
+// start sets the clock, the observers and the tracer, makes the account's
+// pacer and hands it to a provider that paces its own requests. New calls
+// it once, before any call.
+func (pp *paced) start(clk clock.Clock, observers []func(Call), tracer trace.Tracer) {
+	pp.clock, pp.observers, pp.tracer = clk, observers, tracer
 	if pp.caps.RequestsPerSecond <= 0 {
 		return
 	}
@@ -105,6 +108,9 @@ func withStopper(ctx context.Context, s *stopper) context.Context {
 // Retry-After, and when the pacer grants it (the priority and the stopper
 // come from ctx). It is the wait a provider.RequestPacer calls.
 func (pp *paced) turn(ctx context.Context) error {
+	if w, ok := ctx.Value(waitedKey{}).(*atomic.Int64); ok {
+		defer func(asked time.Time) { w.Add(int64(pp.clock.Now().Sub(asked))) }(pp.clock.Now())
+	}
 	pp.mu.Lock()
 	d := pp.notBefore.Sub(pp.clock.Now())
 	pp.mu.Unlock()
@@ -140,24 +146,33 @@ func (pp *paced) turn(ctx context.Context) error {
 
 // granted holds when the account last granted a turn to a call (a
 // create's send time); turnsKey counts the turns a call took (a listing's
-// pages).
+// pages); waitedKey adds up how long a traced call waited for its turns.
 type (
 	granted    struct{ at atomic.Pointer[time.Time] }
 	grantedKey struct{}
 	turnsKey   struct{}
+	waitedKey  struct{}
 )
 
 // call makes one primitive call op in loc: it waits for the account's turn
 // (unless the provider paces its own requests), runs f, notes what the
-// answer says about pacing and hands the call to the observers.
-func (pp *paced) call(ctx context.Context, op string, loc provider.Location, f func(context.Context) error) error {
+// answer says about pacing and hands the call to the observers. Under a
+// recording span, the call has a span of its own (gpuprov.cloud.<op>),
+// the parent of whatever the provider's SDK traces.
+func (pp *paced) call(ctx context.Context, op string, loc provider.Location, f func(context.Context) error) (err error) {
+	ctx, sp := child(ctx, pp.tracer, callSpan, op)
+	if sp.IsRecording() {
+		waited := new(atomic.Int64)
+		ctx = context.WithValue(ctx, waitedKey{}, waited)
+		defer func() { pp.endCall(ctx, sp, op, loc, time.Duration(waited.Load()), err) }()
+	}
 	if !pp.perRequest {
 		if err := pp.turn(ctx); err != nil {
 			return err
 		}
 	}
 	start := time.Now()
-	err := f(ctx)
+	err = f(ctx)
 	pp.note(err)
 	if len(pp.observers) > 0 {
 		c := Call{Provider: pp.Name(), Op: op, Region: loc.Region, Zone: loc.Zone, Duration: time.Since(start)}
@@ -171,6 +186,19 @@ func (pp *paced) call(ctx context.Context, op string, loc provider.Location, f f
 		}
 	}
 	return err
+}
+
+// endCall ends the span of call op in loc: where it went, how long it
+// waited for the account's turns on the Provisioner's clock (a Retry-After
+// honoured included: the account's pause before a turn), the Retry-After
+// its answer asked for, its error.
+func (pp *paced) endCall(ctx context.Context, sp trace.Span, op string, loc provider.Location, waited time.Duration, err error) {
+	sp.SetAttributes(callAttrs(ctx, pp.Name(), op, loc)...)
+	sp.SetAttributes(attrPacingWait.Float64(waited.Seconds()))
+	if ra := provider.RetryAfterOf(err); ra > 0 {
+		sp.SetAttributes(attrRetryAfter.Float64(ra.Seconds()))
+	}
+	endSpan(sp, err)
 }
 
 // note records what an answer says about pacing: a Retry-After pauses the

@@ -36,9 +36,11 @@ func (d *driver) node() Node {
 // then marks the VM ready. A resumed launch reconnects first.
 func (d *driver) nodePhases(ctx context.Context, a *journal.Attempt) error {
 	if d.conn == nil {
-		cctx, cancel := clock.WithDeadline(ctx, d.p.clock, d.now().Add(d.p.sshTO))
+		sctx, sp := d.p.child(ctx, phaseSpan, PhaseConnect)
+		cctx, cancel := clock.WithDeadline(sctx, d.p.clock, d.now().Add(d.p.sshTO))
 		conn, err := d.p.connector.Connect(cctx, d.node())
 		cancel()
+		endSpan(sp, err)
 		if err != nil {
 			return &phaseError{PhaseConnect, err}
 		}
@@ -78,9 +80,11 @@ func (d *driver) nodePhases(ctx context.Context, a *journal.Attempt) error {
 				return err
 			}
 		}
-		sctx, cancel := clock.WithDeadline(ctx, d.p.clock, d.now().Add(d.p.stepTO))
+		pctx, sp := d.p.child(ctx, phaseSpan, s.phase)
+		sctx, cancel := clock.WithDeadline(pctx, d.p.clock, d.now().Add(d.p.stepTO))
 		err := s.run(sctx)
 		cancel()
+		endSpan(sp, err)
 		if err != nil {
 			return &phaseError{s.phase, err}
 		}

@@ -26,7 +26,16 @@ func WithRetention(d time.Duration) Option { return func(p *Provisioner) { p.ret
 // Recover, in this process or others. After it, Get and History of a
 // pruned VM fail with ErrNotFound. On an error (ctx's included) the result
 // counts what was removed before it.
-func (p *Provisioner) Prune(ctx context.Context) (journal.PruneResult, error) {
+func (p *Provisioner) Prune(ctx context.Context) (res journal.PruneResult, err error) {
+	ctx, sp := p.startOp(ctx, "gpuprov.Prune")
+	if sp.IsRecording() {
+		defer func() { endSpan(sp, err) }()
+	}
+	return p.prune(ctx)
+}
+
+// prune is Prune within its span.
+func (p *Provisioner) prune(ctx context.Context) (journal.PruneResult, error) {
 	if p.retention <= 0 {
 		return journal.PruneResult{}, nil
 	}

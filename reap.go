@@ -37,7 +37,19 @@ const reapParallel = 16
 // deletion is Delete's, with its confirmed teardown. A VM is deleted only if
 // it is still ready and expired once its lease is held. Recover runs Reap
 // at its end; WithReaper runs it in the background.
-func (p *Provisioner) Reap(ctx context.Context) ([]Reaped, error) {
+func (p *Provisioner) Reap(ctx context.Context) (out []Reaped, err error) {
+	ctx, sp := p.startOp(ctx, "gpuprov.Reap")
+	if sp.IsRecording() {
+		defer func() {
+			sp.SetAttributes(attrCount.Int(len(out)))
+			endSpan(sp, err)
+		}()
+	}
+	return p.reap(ctx)
+}
+
+// reap is Reap within its span.
+func (p *Provisioner) reap(ctx context.Context) ([]Reaped, error) {
 	rows, err := p.j.ListVMs(ctx, journal.ListOptions{States: []journal.VMState{journal.StateReady}})
 	if err != nil {
 		return nil, fmt.Errorf("gpuprov: reap: listing VMs: %w", err)

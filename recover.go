@@ -87,7 +87,21 @@ type Recovered struct {
 // for capacity (Request.WaitForCapacity) goes on waiting until its journaled
 // next try, then tries again, until its journaled deadline. Last, Recover
 // deletes the ready VMs whose TTL or cost cap has expired (Reap).
-func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
+func (p *Provisioner) Recover(ctx context.Context) (rep *RecoverReport, err error) {
+	ctx, sp := p.startOp(ctx, "gpuprov.Recover")
+	if sp.IsRecording() {
+		defer func() {
+			if rep != nil {
+				sp.SetAttributes(attrCount.Int(len(rep.VMs)))
+			}
+			endSpan(sp, err)
+		}()
+	}
+	return p.recoverVMs(ctx)
+}
+
+// recoverVMs is Recover within its span.
+func (p *Provisioner) recoverVMs(ctx context.Context) (*RecoverReport, error) {
 	rows, err := p.j.ListVMs(ctx, journal.ListOptions{States: []journal.VMState{
 		journal.StatePending, journal.StateProvisioning, journal.StateWaiting, journal.StateDeleting}})
 	if err != nil {
@@ -210,7 +224,12 @@ func (p *Provisioner) Recover(ctx context.Context) (*RecoverReport, error) {
 			taken()
 			held = false
 			<-sem // taken over: the long drive does not hold a slot
-			_, err = p.drive(ctx, d)
+			rctx, sp := p.child(ctx, "gpuprov.resume", "")
+			if sp.IsRecording() {
+				sp.SetAttributes(attrVM.String(r.Name), attrState.String(string(row.State)))
+			}
+			_, err = p.drive(rctx, d)
+			endSpan(sp, err)
 			done(r, d.row.State, err)
 		})
 	}
@@ -367,7 +386,19 @@ type Orphan struct {
 // that are older than the grace period; with Delete it deletes them. It also
 // finishes the teardown of VMs left in state deleting by a failed teardown.
 // Providers without Lister are listed in the error, not skipped silently.
-func (p *Provisioner) Sweep(ctx context.Context, opts SweepOptions) ([]Orphan, error) {
+func (p *Provisioner) Sweep(ctx context.Context, opts SweepOptions) (out []Orphan, err error) {
+	ctx, sp := p.startOp(ctx, "gpuprov.Sweep")
+	if sp.IsRecording() {
+		defer func() {
+			sp.SetAttributes(attrCount.Int(len(out)))
+			endSpan(sp, err)
+		}()
+	}
+	return p.sweep(ctx, opts)
+}
+
+// sweep is Sweep within its span.
+func (p *Provisioner) sweep(ctx context.Context, opts SweepOptions) ([]Orphan, error) {
 	switch {
 	case opts.Grace == 0:
 		opts.Grace = DefaultSweepGrace

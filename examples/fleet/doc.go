@@ -22,4 +22,10 @@
 // docs/observability.md), and the fleet's own: fleet_replacements_total (by
 // reason), fleet_target and fleet_orphans (Sweep dry run, by provider). See
 // docs/journal.md.
+//
+// Traces: with OTEL_EXPORTER_OTLP_ENDPOINT (or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) set, the Provisioners' spans are
+// exported over OTLP/HTTP, with the standard OTEL_EXPORTER_OTLP_* settings
+// and service.name fleet unless OTEL_SERVICE_NAME says otherwise; see
+// docs/observability.md, "Traces".
 package main

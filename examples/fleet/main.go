@@ -122,6 +122,21 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer j.Close()
+	topt, stopTracing, err := tracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil { // the spans still queued are lost
+			log.Warn("fleet: flushing traces", "err", err)
+		}
+	}()
+	if topt != nil {
+		popts = append(popts, topt)
+		log.Info("fleet: exporting traces over OTLP")
+	}
 	m := NewMetrics(j)
 	fl, err := New(j, f.cfg, m, append(popts, gpuprov.WithLeaseTTL(f.leaseTTL))...)
 	if err != nil {
