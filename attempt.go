@@ -96,7 +96,15 @@ func firstNonEmpty(s ...string) string {
 
 // prepare runs Prepare and journals its result together with the intent to
 // create (phase create, the time the create is sent, the host key to pin).
+// What waits to be journaled (the attempt's start, an earlier attempt's
+// failure) is written before the first request the Prepare sends, or with
+// the create intent when it sends none.
 func (d *driver) prepare(ctx context.Context, pp *paced, o *provider.Offer, a *journal.Attempt) error {
+	var ws *writeFirst
+	if d.pending != nil || d.intent != nil {
+		ws = &writeFirst{write: func() error { return d.commit(ctx, &journal.Step{}) }}
+		ctx = context.WithValue(ctx, writeFirstKey{}, ws)
+	}
 	if d.placementGroup != "" {
 		pg, ok := pp.CloudProvider.(provider.PlacementGrouper)
 		if !ok {
@@ -108,7 +116,7 @@ func (d *driver) prepare(ctx context.Context, pp *paced, o *provider.Offer, a *j
 		}
 		labels[provider.LabelInstallation], labels[provider.LabelCluster] = d.p.j.Installation(), d.row.Cluster
 		if err := d.retry(ctx, pp, a, "prepare", func(ctx context.Context) error {
-			return pg.EnsurePlacementGroup(ctx, o.Location, d.placementGroup, labels)
+			return ws.or(pg.EnsurePlacementGroup(ctx, o.Location, d.placementGroup, labels))
 		}); err != nil {
 			return err
 		}
@@ -123,7 +131,7 @@ func (d *driver) prepare(ctx context.Context, pp *paced, o *provider.Offer, a *j
 			}
 			var err error
 			prepared, err = pp.Prepare(ctx, o, d.spec(a))
-			return err
+			return ws.or(err)
 		})
 		if us := d.unsent[a.N]; us != nil && st.sent.Load() {
 			us.prepare = false

@@ -188,6 +188,11 @@ func runCrash(t *testing.T, sc crashScenario, k int) (writes int, crashed bool) 
 	return runCrashWith(t, sc, k, false)
 }
 
+// crashPaced makes runCrashWith's clouds pt.Paced fakes whose Prepare sends
+// nothing: the engine then journals a new attempt with its create intent,
+// in one write, and a crash must still leave nothing behind.
+var crashPaced bool
+
 // runCrashWith is runCrash, with shared side resources (pt.SharedFake)
 // when shared is set: then no shared resource may have been removed while
 // an instance of its region was live, a ready VM's region still has its
@@ -200,6 +205,9 @@ func runCrashWith(t *testing.T, sc crashScenario, k int, shared bool) (writes in
 	sc.setup(fakes)
 	e := newEnvWith(t, clk, fakes)
 	e.p.Close() // the env's own provisioner is not used
+	if crashPaced {
+		e.usePaced(true)
+	}
 	if shared {
 		e.useShared()
 		defer func() {
@@ -321,6 +329,14 @@ func TestCrashAtEveryJournalWriteWithSharedResources(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCrashAtEveryJournalWriteWithQuietPrepares is the same with clouds
+// that pace their own requests and whose Prepare sends none.
+func TestCrashAtEveryJournalWriteWithQuietPrepares(t *testing.T) {
+	crashPaced = true
+	defer func() { crashPaced = false }()
+	TestCrashAtEveryJournalWrite(t)
 }
 
 // TestCrashAtEveryJournalWrite kills the engine after each journal write of

@@ -414,19 +414,30 @@ func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.
 		msg += " (in stock again: its stockout block is passed over)"
 		d.restocked = false
 	}
-	if err := d.commit(ctx, &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a},
-		Events: []journal.Event{d.event(EvAttempt, a, msg)}}); err != nil {
+	st := &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a}, Events: []journal.Event{d.event(EvAttempt, a, msg)}}
+	if d.pending != nil && d.intent == nil {
+		// Only an earlier failure's confirmation waits: the attempt joins
+		// it, and both are written before the first request this attempt
+		// sends (see prepare) — with the create intent, when its Prepare
+		// sends none, so that a failover costs one fsync.
+		d.pending.Attempts = append(d.pending.Attempts, st.Attempts...)
+		d.pending.Events = append(d.pending.Events, st.Events...)
+		d.pending.Update = st.Update
+	} else if err := d.commit(ctx, st); err != nil {
 		return nil, err
 	}
-	// Now that the earlier attempts are journaled torn down (their cleanup
-	// owed), what they owe elsewhere is paid, before this attempt's
-	// Prepare: an adapter's per-VM resources may be named for the VM alone
-	// (an account-wide key, a Secret), so a cleanup after this attempt's
-	// Prepare could remove what it made. The payment is journaled with the
-	// next write.
+	// What the earlier attempts owe elsewhere is paid before this
+	// attempt's Prepare: an adapter's per-VM resources may be named for
+	// the VM alone (an account-wide key, a Secret), so a cleanup after this
+	// attempt's Prepare could remove what it made. payOwed journals what
+	// waits (the earlier attempts torn down, this one started) before its
+	// first cleanup; the payment is journaled with the next write.
 	paid, err := d.payOwed(ctx, a)
 	if len(paid) > 0 {
-		d.pending = &journal.Step{Attempts: paid}
+		if d.pending == nil {
+			d.pending = &journal.Step{}
+		}
+		d.pending.Attempts = append(d.pending.Attempts, paid...)
 	}
 	if err != nil {
 		return nil, d.stuck(ctx, fmt.Errorf("cleaning up after an earlier attempt: %w", err))

@@ -31,6 +31,8 @@ type env struct {
 	observeOnly bool
 	// shared wraps each fake in a pt.SharedFake (see useShared).
 	shared map[string]*pt.SharedFake
+	// paced wraps each fake in a pt.Paced (see usePaced).
+	paced map[string]*pt.Paced
 
 	mu     sync.Mutex
 	events []gpuprov.Event
@@ -85,6 +87,8 @@ func (e *env) provisioner(j journal.Journal, opts ...gpuprov.Option) *gpuprov.Pr
 	for _, f := range e.fakes {
 		if sf := e.shared[f.Name()]; sf != nil {
 			base = append(base, gpuprov.WithProvider(sf))
+		} else if pf := e.paced[f.Name()]; pf != nil {
+			base = append(base, gpuprov.WithProvider(pf))
 		} else if e.observeOnly {
 			base = append(base, gpuprov.WithProvider(noList{f}))
 		} else {
@@ -105,6 +109,17 @@ func (e *env) useShared() {
 	e.shared = map[string]*pt.SharedFake{}
 	for _, f := range e.fakes {
 		e.shared[f.Name()] = pt.NewSharedFake(f)
+	}
+}
+
+// usePaced makes the env's fakes pt.Paced fakes (quiet: their Prepare
+// sends nothing), for the Provisioners built from now on.
+func (e *env) usePaced(quiet bool) {
+	e.paced = map[string]*pt.Paced{}
+	for _, f := range e.fakes {
+		pf := pt.NewPaced(f)
+		pf.QuietPrepare = quiet
+		e.paced[f.Name()] = pf
 	}
 }
 
@@ -181,6 +196,9 @@ func (e *env) assertClean(name string) journal.VM {
 			e.t.Fatalf("ready VM %s with instance %q has live instances %+v", name, row.InstanceID, mine)
 		}
 		want := []string{row.Provider + ":" + name + "|" + provider.Location{Region: row.Region, Zone: row.Zone}.String()}
+		if pf := e.paced[row.Provider]; pf != nil && pf.QuietPrepare {
+			want = nil // its Prepare makes nothing
+		}
 		if got := e.sideOf(name); !equal(got, want) {
 			e.t.Fatalf("side resources of ready VM %s: %v, want %v", name, got, want)
 		}

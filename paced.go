@@ -76,10 +76,13 @@ func newPaced(cp provider.CloudProvider) *paced {
 // it once, before any call.
 func (pp *paced) start(clk clock.Clock, observers []func(Call), tracer trace.Tracer) {
 	pp.clock, pp.observers, pp.tracer = clk, observers, tracer
-	if pp.caps.RequestsPerSecond <= 0 {
-		return
+	if pp.caps.RequestsPerSecond > 0 {
+		pp.pc = newPacer(clk, pp.caps.RequestsPerSecond, pp.burst)
 	}
-	pp.pc = newPacer(clk, pp.caps.RequestsPerSecond, pp.burst)
+	// Without a rate too: the core then still knows which calls sent a
+	// request (a Prepare that sends none owes no cleanup, and what waits to
+	// be journaled is written before the first request; see prepare) and
+	// every request waits out a Retry-After.
 	if rp, ok := pp.CloudProvider.(provider.RequestPacer); ok {
 		pp.perRequest = true
 		rp.UsePacer(pp.turn)
@@ -108,6 +111,11 @@ func withStopper(ctx context.Context, s *stopper) context.Context {
 // Retry-After, and when the pacer grants it (the priority and the stopper
 // come from ctx). It is the wait a provider.RequestPacer calls.
 func (pp *paced) turn(ctx context.Context) error {
+	if ws, ok := ctx.Value(writeFirstKey{}).(*writeFirst); ok {
+		if err := ws.run(); err != nil {
+			return err
+		}
+	}
 	if w, ok := ctx.Value(waitedKey{}).(*atomic.Int64); ok {
 		defer func(asked time.Time) { w.Add(int64(pp.clock.Now().Sub(asked))) }(pp.clock.Now())
 	}
@@ -119,17 +127,16 @@ func (pp *paced) turn(ctx context.Context) error {
 			return err
 		}
 	}
-	if pp.pc == nil {
-		return nil
-	}
-	prio, _ := ctx.Value(prioKey{}).(bool)
 	s, _ := ctx.Value(stopperKey{}).(*stopper)
-	var stop leaver
-	if s != nil {
-		stop = s
-	}
-	if err := pp.pc.wait(ctx, prio, stop); err != nil {
-		return err
+	if pp.pc != nil { // else the account has no rate: no wait
+		prio, _ := ctx.Value(prioKey{}).(bool)
+		var stop leaver
+		if s != nil {
+			stop = s
+		}
+		if err := pp.pc.wait(ctx, prio, stop); err != nil {
+			return err
+		}
 	}
 	if s != nil && pp.perRequest {
 		s.sent.Store(true) // the provider sends its request now
@@ -142,6 +149,43 @@ func (pp *paced) turn(ctx context.Context) error {
 		c.Add(1)
 	}
 	return nil
+}
+
+// writeFirst is a journal write that must be durable before the first
+// request of a call is sent (see driver.prepare); it runs once, for the
+// first turn asked for.
+type (
+	writeFirst struct {
+		write func() error
+		mu    sync.Mutex
+		done  bool
+		err   error
+	}
+	writeFirstKey struct{}
+)
+
+func (w *writeFirst) run() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.done, w.err = true, w.write()
+	}
+	return w.err
+}
+
+// or returns the write's error if it failed, else err: a failed journal
+// write stops the driver, whatever the adapter made of the error its turn
+// gave it (a transient error would be retried). w may be nil.
+func (w *writeFirst) or(err error) error {
+	if w == nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	return err
 }
 
 // granted holds when the account last granted a turn to a call (a

@@ -79,10 +79,14 @@ func SharedLabels(installation string) map[string]string {
 // sends with the core's pacer, instead of the core pacing each primitive
 // as one call (a Prepare that makes three requests, or none because it
 // adopts a shared firewall it remembers, is then paced as what it sends).
-// The core calls UsePacer once, before any other call, when the account
-// has a rate (Capabilities.RequestsPerSecond); the provider must then call
-// wait, with the context of the primitive call it serves, before every
-// request, and give up the request when wait fails.
+// The core calls UsePacer once, before any other call (whether or not the
+// account has a rate, Capabilities.RequestsPerSecond); the provider must
+// then call wait, with the context of the primitive call it serves, before
+// every request, and give up the request when wait fails. Besides pacing,
+// wait is where the core journals what must be durable before a request
+// goes out (a new attempt, before its Prepare's first request): a request
+// sent without it may be one the journal cannot account for after a
+// crash.
 //
 // The core's pacer is the account's token bucket, paused while a
 // Retry-After runs. Its queue lets listings (which serve every VM polling
