@@ -358,8 +358,8 @@ func (d *driver) observe(ctx context.Context, pp *paced, a *journal.Attempt) ([]
 
 // look is observe; now says the look may not wait for the location's next
 // shared listing (which starts at most once per PollInterval): it is a
-// call of its own, a List of the location (filtered to the VM) on a
-// provider with a Lister, else an Observe.
+// call of its own, a listing of the VM on a provider with a Lister (see
+// listOwn), else an Observe.
 func (d *driver) look(ctx context.Context, pp *paced, a *journal.Attempt, now bool) ([]provider.Observed, error) {
 	loc := provider.Location{Region: a.Region, Zone: a.Zone}
 	fresh := d.seen.Add(time.Nanosecond)
@@ -374,24 +374,11 @@ func (d *driver) look(ctx context.Context, pp *paced, a *journal.Attempt, now bo
 		return obs, err
 	}
 	if pp.lister != nil {
-		// A listing of the location of its own, not shared.
-		var started time.Time
-		var all []provider.Observed
-		err := pp.call(withPriority(ctx), "list", loc, func(ctx context.Context) (err error) {
-			started = d.now()
-			all, err = pp.lister.List(ctx, loc)
-			return err
-		})
+		obs, started, err := pp.listOwn(ctx, loc, d.row.Name, d.now)
 		if err != nil {
 			return nil, err
 		}
 		d.seen = started
-		var obs []provider.Observed
-		for _, o := range all {
-			if o.VM == d.row.Name {
-				obs = append(obs, o)
-			}
-		}
 		return obs, nil
 	}
 	var started time.Time

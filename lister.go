@@ -2,6 +2,8 @@ package gpuprov
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,15 +12,77 @@ import (
 	"github.com/org/gpuprov/provider"
 )
 
-// listing is one List call of one location, shared by every VM that polls
-// there: a thousand VMs booting in one zone cost one API call per poll
-// interval, not a thousand.
+// listing is one look at one location (every location, for a provider
+// whose Capabilities.ListAll is set), shared by every VM that polls there:
+// a thousand VMs booting in one zone cost one listing per poll interval, not
+// a thousand Observe calls.
+//
+// On a provider.NameLister the listing is filtered: it lists only the VMs
+// waiting on the poller when its first call starts (names), in calls of at
+// most provider.MaxListNames names, so that its size follows the VMs being
+// watched, not the fleet. It may answer only for the VMs it named: an
+// instance it did not look for is not "nothing there".
 type listing struct {
 	started time.Time
-	turns   int32 // the account's turns the List took (its pages, for a RequestPacer)
 	done    chan struct{}
-	byVM    map[string][]provider.Observed
-	err     error
+
+	// filtered says the listing is ListNamed calls. Until fixed, any VM
+	// may join it, and is named by it; once fixed (under the poller's
+	// lock, as the first call starts), names is final.
+	filtered bool
+	fixed    bool
+	names    map[string]struct{}
+
+	// Set by runListing before done is closed and before the listing
+	// becomes the poller's last.
+	turns  int32 // the account's turns the calls took (their pages, for a RequestPacer)
+	called bool  // a call was made: a filtered listing naming no VM makes none
+	byVM   map[string][]provider.Observed
+	failed map[string]error // filtered: each VM whose call failed, and its error
+	err    error            // an unfiltered listing's error
+}
+
+// serves reports whether vm may wait on l, which is in flight or about to
+// start: l lists every VM, or will name vm, or named it. pl.mu is held.
+func (l *listing) serves(vm string) bool {
+	if !l.filtered || !l.fixed {
+		return true
+	}
+	_, ok := l.names[vm]
+	return ok
+}
+
+// answers reports whether l, finished, holds a good answer for vm.
+func (l *listing) answers(vm string) bool {
+	return l.err == nil && l.serves(vm) && l.failed[vm] == nil
+}
+
+// worked says l, finished, answers for some VM: the newest such listing
+// is the poller's last.
+func (l *listing) worked() bool {
+	switch {
+	case l.err != nil || !l.called:
+		return false
+	case l.filtered:
+		return len(l.failed) < len(l.names)
+	}
+	return true
+}
+
+// result is what l, finished, says of vm; name is the provider's.
+func (l *listing) result(name, vm string) ([]provider.Observed, error) {
+	if l.err != nil {
+		return nil, l.err
+	}
+	if !l.serves(vm) {
+		// listFor never lets this happen; an error is the safe answer,
+		// since "nothing there" would have the VM created again.
+		return nil, provider.Errorf(provider.Transient, name, "list", "VM %s was not named by the listing", vm)
+	}
+	if err := l.failed[vm]; err != nil {
+		return nil, err
+	}
+	return l.byVM[vm], nil
 }
 
 // poller coalesces the looks at one location of one provider (at every
@@ -28,44 +92,51 @@ type listing struct {
 // keep a listing running all the time.
 type poller struct {
 	mu       sync.Mutex
-	last     *listing // the newest finished listing
+	last     *listing // the newest finished listing that worked
 	inflight *listing
-	next     *listing // starts when inflight ends; shared by those inflight is too old for
+	next     *listing // starts when inflight ends; shared by those inflight is too old for, or does not name
+	// waiting counts, per VM, the listFor calls waiting on the poller:
+	// the names a filtered listing lists.
+	waiting map[string]int
 }
 
 // listFor returns vm's instances in loc from a listing that started no
-// earlier than fresh: the newest finished one if it qualifies, else the one
-// in flight if it does, else a new one. The List call runs on a context of
-// its own (bounded), so one caller giving up does not fail the others.
+// earlier than fresh and looked for vm: the newest finished one if it
+// qualifies, else the one in flight if it does, else a new one. The
+// listing's calls run on contexts of their own (bounded), so one caller
+// giving up does not fail the others.
+//
+// vm is among the poller's waiting VMs from before it picks a listing until
+// it has read its answer, so a filtered listing that has not fixed its
+// names yet names vm when it does; one that has and does not name it is
+// not picked.
 func (pp *paced) listFor(ctx context.Context, clk clock.Clock, loc provider.Location, vm string, fresh time.Time) ([]provider.Observed, time.Time, error) {
 	where := loc
 	if pp.caps.ListAll {
 		where = provider.Location{}
 	}
-	pp.mu.Lock()
-	pl := pp.pollers[where]
-	if pl == nil {
-		pl = &poller{}
-		pp.pollers[where] = pl
-	}
-	pp.mu.Unlock()
+	pl := pp.poller(where)
 
 	pl.mu.Lock()
+	pl.waiting[vm]++
+	defer pl.leave(vm)
 	var l *listing
 	switch {
-	case pl.last != nil && !pl.last.started.Before(fresh):
+	case pl.last != nil && !pl.last.started.Before(fresh) && pl.last.answers(vm):
 		l = pl.last
-	case pl.inflight != nil && !pl.inflight.started.Before(fresh):
+	case pl.inflight != nil && !pl.inflight.started.Before(fresh) && pl.inflight.serves(vm):
 		l = pl.inflight
 	case pl.inflight != nil:
-		// At most one List per location runs at a time: callers it is
-		// too old for share the one that starts when it ends.
+		// At most one listing per location runs at a time: callers it is
+		// too old for, or does not name, share the one that starts when
+		// it ends.
 		if pl.next == nil {
-			pl.next = &listing{done: make(chan struct{})}
+			pl.next = pp.newListing()
 		}
 		l = pl.next
 	default:
-		l = &listing{started: pp.nextListing(pl, clk), done: make(chan struct{})}
+		l = pp.newListing()
+		l.started = pp.nextListing(pl, clk)
 		pl.inflight = l
 		go pp.runListing(pl, l, where, clk)
 	}
@@ -76,19 +147,49 @@ func (pp *paced) listFor(ctx context.Context, clk clock.Clock, loc provider.Loca
 	case <-ctx.Done():
 		return nil, time.Time{}, context.Cause(ctx)
 	}
-	if l.err != nil {
-		return nil, time.Time{}, l.err
+	obs, err := l.result(pp.Name(), vm)
+	if err != nil {
+		return nil, time.Time{}, err
 	}
 	if where == loc {
-		return l.byVM[vm], l.started, nil
+		return obs, l.started, nil
 	}
 	var here []provider.Observed
-	for _, o := range l.byVM[vm] {
+	for _, o := range obs {
 		if o.Location.Region == loc.Region && (loc.Zone == "" || o.Location.Zone == loc.Zone) {
 			here = append(here, o)
 		}
 	}
 	return here, l.started, nil
+}
+
+// poller returns the poller of where, made on first use.
+func (pp *paced) poller(where provider.Location) *poller {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	pl := pp.pollers[where]
+	if pl == nil {
+		pl = &poller{waiting: map[string]int{}}
+		pp.pollers[where] = pl
+	}
+	return pl
+}
+
+// leave ends vm's wait on the poller: listings that fix their names from
+// now on do not name it (unless another look at it waits).
+func (pl *poller) leave(vm string) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.waiting[vm]--; pl.waiting[vm] <= 0 {
+		delete(pl.waiting, vm)
+	}
+}
+
+// newListing returns a listing that has not started, filtered when the
+// provider can filter on names.
+func (pp *paced) newListing() *listing {
+	_, named := pp.lister.(provider.NameLister)
+	return &listing{done: make(chan struct{}), filtered: named}
 }
 
 // nextListing returns when the poller's next listing may start: now, or one
@@ -129,32 +230,29 @@ func (pp *paced) listInterval(pl *poller) time.Duration {
 	return max(d, budget)
 }
 
+// runListing waits for l's start, makes its calls, publishes it as the
+// poller's last (when it worked) and starts the poller's next listing.
 func (pp *paced) runListing(pl *poller, l *listing, loc provider.Location, clk clock.Clock) {
 	defer close(l.done)
 	if err := clk.Sleep(context.Background(), l.started.Sub(clk.Now())); err != nil {
 		l.err = err
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var all []provider.Observed
-	var turns atomic.Int32
-	l.err = pp.call(context.WithValue(withPriority(ctx), turnsKey{}, &turns), "list", loc, func(ctx context.Context) (err error) {
-		all, err = pp.lister.List(ctx, loc)
-		return err
-	})
-	l.turns = turns.Load()
-	if l.err == nil {
-		l.byVM = make(map[string][]provider.Observed)
-		for _, o := range all {
-			l.byVM[o.VM] = append(l.byVM[o.VM], o)
+	} else {
+		var turns atomic.Int32
+		ctx := context.WithValue(withPriority(context.Background()), turnsKey{}, &turns)
+		if l.filtered {
+			pp.listNamed(ctx, pl, l, loc)
+		} else {
+			pp.listAll(ctx, l, loc)
 		}
+		l.turns = turns.Load()
 	}
+
 	pl.mu.Lock()
+	defer pl.mu.Unlock()
 	if pl.inflight == l {
 		pl.inflight = nil
 	}
-	if l.err == nil && (pl.last == nil || pl.last.started.Before(l.started)) {
+	if l.worked() && (pl.last == nil || pl.last.started.Before(l.started)) {
 		pl.last = l
 	}
 	if n := pl.next; n != nil {
@@ -163,5 +261,92 @@ func (pp *paced) runListing(pl *poller, l *listing, loc provider.Location, clk c
 		pl.inflight = n
 		go pp.runListing(pl, n, loc, clk)
 	}
+}
+
+// listAll is l as one List call of loc.
+func (pp *paced) listAll(ctx context.Context, l *listing, loc provider.Location) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var all []provider.Observed
+	l.called = true
+	l.err = pp.call(ctx, "list", loc, func(ctx context.Context) (err error) {
+		all, err = pp.lister.List(ctx, loc)
+		return err
+	})
+	if l.err == nil {
+		l.byVM = make(map[string][]provider.Observed)
+		for _, o := range all {
+			l.byVM[o.VM] = append(l.byVM[o.VM], o)
+		}
+	}
+}
+
+// listNamed fixes l's names (the VMs waiting on the poller now) and lists
+// them in ListNamed calls of at most provider.MaxListNames names each, one
+// after the other (one listing per poller in flight). A call that fails
+// fails the looks of its VMs only: the others have their answer.
+func (pp *paced) listNamed(ctx context.Context, pl *poller, l *listing, loc provider.Location) {
+	pl.mu.Lock()
+	l.fixed = true
+	l.names = make(map[string]struct{}, len(pl.waiting))
+	for vm := range pl.waiting {
+		l.names[vm] = struct{}{}
+	}
 	pl.mu.Unlock()
+
+	nl := pp.lister.(provider.NameLister)
+	l.byVM = make(map[string][]provider.Observed, len(l.names))
+	for names := range slices.Chunk(slices.Sorted(maps.Keys(l.names)), provider.MaxListNames) {
+		l.called = true
+		var obs []provider.Observed
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := pp.call(cctx, "list", loc, func(ctx context.Context) (err error) {
+			obs, err = nl.ListNamed(ctx, loc, names)
+			return err
+		})
+		cancel()
+		if err != nil {
+			if l.failed == nil {
+				l.failed = make(map[string]error, len(names))
+			}
+			for _, vm := range names {
+				l.failed[vm] = err
+			}
+			continue
+		}
+		for _, o := range obs {
+			l.byVM[o.VM] = append(l.byVM[o.VM], o)
+		}
+	}
+}
+
+// listOwn is a look at vm in loc that does not wait for the poller's next
+// listing (after a create whose outcome is unknown, or one the cloud
+// refused): a call of its own, at the head of the account's queue. On a
+// provider.NameLister it lists vm alone, so its cost does not grow with the
+// fleet; else it lists loc and keeps vm's instances. It returns when the
+// call was sent, on now's clock.
+func (pp *paced) listOwn(ctx context.Context, loc provider.Location, vm string, now func() time.Time) ([]provider.Observed, time.Time, error) {
+	var started time.Time
+	var all []provider.Observed
+	nl, named := pp.lister.(provider.NameLister)
+	err := pp.call(withPriority(ctx), "list", loc, func(ctx context.Context) (err error) {
+		started = now()
+		if named {
+			all, err = nl.ListNamed(ctx, loc, []string{vm})
+		} else {
+			all, err = pp.lister.List(ctx, loc)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	var obs []provider.Observed
+	for _, o := range all {
+		if o.VM == vm {
+			obs = append(obs, o)
+		}
+	}
+	return obs, started, nil
 }

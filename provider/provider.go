@@ -105,6 +105,38 @@ type Lister interface {
 	List(ctx context.Context, loc Location) ([]Observed, error)
 }
 
+// NameLister is implemented by Listers that can filter a listing on VM
+// names on the cloud's side (a tag or label filter with several values).
+// The core then polls with ListNamed, naming only the VMs it is waiting on
+// (booting, or being looked for after a create whose answer was lost), so
+// that a listing's size follows those VMs and not the whole fleet.
+//
+// ListNamed returns, in loc (a zero Location: every location, as List),
+// every non-terminated instance of this installation whose gpuprov VM
+// identity is one of vms, whatever its status, with [Observed.VM] set:
+// exactly what List would return, less the instances of other VMs. It must
+// never omit one that List would return: the core takes a VM missing from
+// the answer for "nothing there", and may create it again. Where the
+// cloud's filter is not exact (a prefix match, a name rather than the
+// label), the adapter filters the answer again; where the cloud cannot
+// filter at all, the adapter should not implement NameLister. It must not
+// mutate. vms holds between 1 and [MaxListNames] distinct names (the core
+// splits a larger set over several calls); an adapter whose API takes
+// fewer values per filter splits further itself. Listing lag is as List's:
+// the core allows for it with Capabilities.ConsistencyWindow.
+//
+// A wrapper that embeds a provider and overrides List must override
+// ListNamed too (or hide it): the core prefers ListNamed.
+type NameLister interface {
+	ListNamed(ctx context.Context, loc Location, vms []string) ([]Observed, error)
+}
+
+// MaxListNames is the most VM names the core passes to one
+// NameLister.ListNamed call. A hundred names of at most 50 characters, with
+// their gpuprov- prefix and a query key each, keep a GET under the 8 KiB
+// request line most HTTP servers accept.
+const MaxListNames = 100
+
 // Location is where an offer or instance lives. Zone is empty for clouds that
 // place instances by region only.
 type Location struct {

@@ -451,6 +451,7 @@ var (
 	_ provider.CloudProvider    = (*Provider)(nil)
 	_ provider.Diagnoser        = (*Provider)(nil)
 	_ provider.Lister           = (*Provider)(nil)
+	_ provider.NameLister       = (*Provider)(nil)
 	_ provider.PlacementGrouper = (*Provider)(nil)
 	_ provider.SharedCleaner    = (*Provider)(nil)
 )

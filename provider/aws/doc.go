@@ -42,6 +42,8 @@
 //	           within the consistency window (InvalidInstanceID.NotFound: not visible yet).
 //	List       DescribeInstances filtered on tag:gpuprov-installation and tag-key gpuprov,
 //	           per region.
+//	ListNamed  the same with tag:gpuprov filtered on the VMs named (at most 200 values per
+//	           filter: more are split over several requests), per region.
 //	Delete     TerminateInstances; InvalidInstanceID.NotFound is success.
 //	Cleanup    DescribeKeyPairs + DeleteKeyPair, found by name and installation tag; and a
 //	           per-VM group gpuprov-<vm> made before groups were shared, found by name,

@@ -266,6 +266,44 @@ func (p *Provider) List(ctx context.Context, loc provider.Location) ([]provider.
 	return out, nil
 }
 
+// maxFilterValues is the most values the adapter puts in one
+// DescribeInstances filter. The EC2 API reference's Filter
+// (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_Filter.html)
+// says a filter's values are joined with OR but states no maximum; 200
+// values per filter is the limit users report meeting (for example
+// apache/druid#1954, which keeps to 100). The core names at most
+// provider.MaxListNames VMs per ListNamed, within it; the split is for a
+// core that names more.
+const maxFilterValues = 200
+
+// ListNamed implements provider.NameLister: List with a tag:gpuprov filter
+// of vms instead of the tag-key filter, so that a listing's pages follow
+// the VMs named, not the account. The tags are checked again here, as in
+// List.
+func (p *Provider) ListNamed(ctx context.Context, loc provider.Location, vms []string) ([]provider.Observed, error) {
+	named := make(map[string]bool, len(vms))
+	for _, vm := range vms {
+		named[vm] = true
+	}
+	out := []provider.Observed{}
+	for _, r := range p.regions(loc) {
+		for chunk := range slices.Chunk(vms, maxFilterValues) {
+			filters := []types.Filter{filter("tag:"+provider.LabelInstallation, p.installation), filter("tag:"+provider.LabelVM, chunk...),
+				filter("instance-state-name", liveStates...)}
+			ins, err := p.describe(ctx, "list", r, &ec2.DescribeInstancesInput{Filters: filters})
+			if err != nil {
+				return nil, err
+			}
+			for _, in := range ins {
+				if tagValue(in.Tags, provider.LabelInstallation) == p.installation && named[tagValue(in.Tags, provider.LabelVM)] && inZone(in, loc.Zone) {
+					out = append(out, p.observed(r, in))
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 // inZone reports whether in is placed in zone, given as a zone id
 // (use1-az4) or a zone name (us-east-1a); every zone matches "". Zones are
 // filtered here rather than with DescribeInstances' availability-zone-id

@@ -324,3 +324,39 @@ func TestListAndObserveFilterTheZoneThemselves(t *testing.T) {
 }
 
 func sorted(s ...string) []string { slices.Sort(s); return s }
+
+// ListNamed is List less the instances of VMs not named: one
+// DescribeInstances per region with the names in a tag:gpuprov filter,
+// another installation's instance of a named VM left out.
+func TestListNamedFiltersOnTheNames(t *testing.T) {
+	e := newEnv(t, awsConfig())
+	for _, vm := range []string{"a", "b", "c", "d"} {
+		e.launch(t, l4, newSpec(t, vm))
+	}
+	e.f.mu.Lock()
+	for _, in := range e.f.instances {
+		if in.Tags["gpuprov"] == "c" {
+			in.Tags["gpuprov-installation"] = "someone-else"
+		}
+	}
+	e.f.mu.Unlock()
+	before := len(e.f.requests("DescribeInstances"))
+	got, err := e.p.ListNamed(context.Background(), provider.Location{}, []string{"a", "c", "d", "nosuch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vms []string
+	for _, o := range got {
+		vms = append(vms, o.VM)
+	}
+	slices.Sort(vms)
+	if !slices.Equal(vms, []string{"a", "d"}) {
+		t.Fatalf("ListNamed found VMs %v, want a and d", vms)
+	}
+	for _, r := range e.f.requests("DescribeInstances")[before:] {
+		fs := filters(r.Form)
+		if names := fs["tag:gpuprov"]; !slices.Equal(names, []string{"a", "c", "d", "nosuch"}) || fs["tag-key"] != nil {
+			t.Fatalf("DescribeInstances filters %v, want tag:gpuprov on the names, no tag-key", fs)
+		}
+	}
+}

@@ -166,6 +166,15 @@ func TestMotoPrimitivesInOrder(t *testing.T) {
 	if other, err := p.List(ctx, provider.Location{Region: o.Location.Region, Zone: "use1-az99"}); err != nil || len(other) != 0 {
 		t.Fatalf("list of another zone: %+v, %v", other, err)
 	}
+	for _, loc := range []provider.Location{{}, {Region: o.Location.Region}, o.Location} {
+		named, err := p.ListNamed(ctx, loc, []string{"moto-none", vm})
+		if err != nil || len(named) != 1 || named[0].ID != id || named[0].VM != vm {
+			t.Fatalf("list of %s named: %+v, %v", loc, named, err)
+		}
+	}
+	if named, err := p.ListNamed(ctx, provider.Location{}, []string{"moto-none"}); err != nil || len(named) != 0 {
+		t.Fatalf("list of another VM named: %+v, %v", named, err)
+	}
 	d, err := p.Diagnose(ctx, o.Location, vm, id)
 	if err != nil || !d.Exists || d.InstanceID != id {
 		t.Fatalf("diagnose: %+v, %v", d, err)

@@ -67,13 +67,39 @@ func (p *Provider) Diagnose(ctx context.Context, loc provider.Location, vm, inst
 // pages). Observed.VM is the instance's gpuprov label.
 func (p *Provider) List(ctx context.Context, loc provider.Location) ([]provider.Observed, error) {
 	q := url.Values{"label": {provider.LabelInstallation + "=" + p.installation}}
+	return p.listOf(ctx, loc, q, nil)
+}
+
+// ListNamed is List of the instances whose gpuprov label is one of vms:
+// GET instances with a label_any filter of their names, which the server
+// answers from its label index, so the answer and its cost follow vms.
+// The answer is filtered again here, so a server that ignores label_any
+// (one older than it) makes a larger answer, never a wrong one.
+func (p *Provider) ListNamed(ctx context.Context, loc provider.Location, vms []string) ([]provider.Observed, error) {
+	if len(vms) == 0 {
+		return []provider.Observed{}, nil
+	}
+	q := url.Values{"label": {provider.LabelInstallation + "=" + p.installation}}
+	names := make(map[string]bool, len(vms))
+	for _, vm := range vms {
+		q.Add("label_any", provider.LabelVM+"="+vm)
+		names[vm] = true
+	}
+	return p.listOf(ctx, loc, q, names)
+}
+
+// listOf lists with q in loc and keeps the instances of this installation
+// that carry a VM identity (one of names, unless names is nil), in the
+// configured regions when loc is zero.
+func (p *Provider) listOf(ctx context.Context, loc provider.Location, q url.Values, names map[string]bool) ([]provider.Observed, error) {
 	ins, err := p.list(ctx, "list", loc, q)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]provider.Observed, 0, len(ins))
 	for _, in := range ins {
-		if in.Labels[provider.LabelInstallation] != p.installation || in.Labels[provider.LabelVM] == "" {
+		vm := in.Labels[provider.LabelVM]
+		if in.Labels[provider.LabelInstallation] != p.installation || vm == "" || (names != nil && !names[vm]) {
 			continue
 		}
 		if loc.IsZero() && len(p.cfg.Regions) > 0 && !slices.Contains(p.cfg.Regions, in.Region) {

@@ -234,4 +234,5 @@ var (
 	_ provider.CloudProvider = (*Provider)(nil)
 	_ provider.Diagnoser     = (*Provider)(nil)
 	_ provider.Lister        = (*Provider)(nil)
+	_ provider.NameLister    = (*Provider)(nil)
 )

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -356,5 +358,80 @@ func TestRegistryBuild(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("config %s: err %v, want one naming %q", tc.config, err, tc.want)
 		}
+	}
+}
+
+// stripLabelAny is a transport to a server older than label_any: it drops
+// the filter, so the server answers every instance of the installation.
+type stripLabelAny struct{ http.RoundTripper }
+
+func (s stripLabelAny) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	q := r.URL.Query()
+	q.Del("label_any")
+	r.URL.RawQuery = q.Encode()
+	return s.RoundTripper.RoundTrip(r)
+}
+
+// ListNamed is List less the instances of other VMs, over pages, with
+// another installation's VM of the same name left out, at a location and
+// at every location; and a server that ignores the filter makes a larger
+// answer, not a wrong one.
+func TestListNamedIsListOfThoseVMs(t *testing.T) {
+	e := newEnv(t, func(o *simserver.Options) { o.DisableSSH = true })
+	e.p, _ = newProvider(t, e.srv, sim.Config{ListPageSize: 2})
+	ctx := context.Background()
+	for i := range 12 {
+		spec, _ := newSpec(t, fmt.Sprintf("vm%d", i))
+		e.launch(t, spec)
+	}
+	spec, _ := newSpec(t, "vm3") // a second instance of vm3
+	spec.Attempt, spec.IdempotencyToken = 2, "second"
+	of, _ := e.launch(t, spec)
+	other, _ := newSpec(t, "vm7")
+	other.Installation = "inst-2"
+	if _, err := e.p.Create(ctx, &of, nil, other); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"vm3", "vm7", "vm11", "nosuch"}
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	old, err := sim.New(sim.Config{Endpoint: e.srv.URL(), Cloud: cloudName, APIKey: e.srv.APIKey(cloudName), ListPageSize: 2},
+		sim.WithName(cloudName), sim.WithInstallation(installation), sim.WithHTTPClient(&http.Client{Transport: stripLabelAny{tr}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, loc := range []provider.Location{{}, of.Location, {Region: "eu-west"}} {
+		all, err := e.p.List(ctx, loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, o := range all {
+			if slices.Contains(names, o.VM) {
+				want = append(want, o.ID)
+			}
+		}
+		for what, p := range map[string]*sim.Provider{"server with label_any": e.p, "server without": old} {
+			got, err := p.ListNamed(ctx, loc, names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, o := range got {
+				ids = append(ids, o.ID)
+			}
+			slices.Sort(ids)
+			slices.Sort(want)
+			if !slices.Equal(ids, want) {
+				t.Fatalf("%s, at %q: ListNamed %v, List of those VMs %v", what, loc, ids, want)
+			}
+		}
+		if loc.IsZero() && len(want) != 4 {
+			t.Fatalf("List of every location holds %d instances of %v, want 4 (vm3 twice, vm7, vm11)", len(want), names)
+		}
+	}
+	if got, err := e.p.ListNamed(ctx, provider.Location{}, nil); err != nil || len(got) != 0 {
+		t.Fatalf("ListNamed of no VM: %v, %v", got, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -229,6 +230,16 @@ func (s *Server) listInstances(c *cloud, r *http.Request, _ []byte, now time.Tim
 		}
 		want[k] = v
 	}
+	anyOf := map[string][]string{} // label_any: key → the values it may have, distinct
+	for _, l := range q["label_any"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "label_any filter %q: want key=value", l)
+		}
+		if !slices.Contains(anyOf[k], v) {
+			anyOf[k] = append(anyOf[k], v)
+		}
+	}
 	limit := 100
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -246,23 +257,16 @@ func (s *Server) listInstances(c *cloud, r *http.Request, _ []byte, now time.Tim
 		after = string(b)
 	}
 	withTerminated := q.Get("include_terminated") == "true"
-	s.settleAll(c)
 	var ids []string
-	for id, in := range c.instances {
+	for _, in := range s.listable(c, want, anyOf, now) {
+		id := in.ID
 		if id <= after || now.Before(in.VisibleAt) || (in.Status == StatusTerminated && !withTerminated) {
 			continue
 		}
 		if (q.Get("region") != "" && in.Region != q.Get("region")) || (q.Get("zone") != "" && in.Zone != q.Get("zone")) {
 			continue
 		}
-		match := true
-		for k, v := range want {
-			if in.Labels[k] != v {
-				match = false
-				break
-			}
-		}
-		if match {
+		if labelsMatch(in.Labels, want, anyOf) {
 			ids = append(ids, id)
 		}
 	}
@@ -276,6 +280,50 @@ func (s *Server) listInstances(c *cloud, r *http.Request, _ []byte, now time.Tim
 		out.Instances = append(out.Instances, c.instances[id].view())
 	}
 	return http.StatusOK, out, nil
+}
+
+// listable settles and returns the instances of c that a listing with
+// these label filters may select: the label index's candidates, or every
+// instance when no filter can use the index.
+func (s *Server) listable(c *cloud, want map[string]string, anyOf map[string][]string, now time.Time) []*instance {
+	ids, all := c.candidates(want, anyOf)
+	if all {
+		s.settleAll(c)
+		return slices.Collect(maps.Values(c.instances))
+	}
+	out, changed := make([]*instance, 0, len(ids)), false
+	for _, id := range ids {
+		in := c.instances[id]
+		if in == nil {
+			continue // not expected: the index follows the map (index, unindex)
+		}
+		if s.settle(c, in, now) {
+			changed = true
+		}
+		if c.instances[id] == in { // settle may have purged it
+			out = append(out, in)
+		}
+	}
+	if changed {
+		s.save()
+	}
+	return out
+}
+
+// labelsMatch reports whether labels have every value of want and, for
+// every key of anyOf, one of its values.
+func labelsMatch(labels, want map[string]string, anyOf map[string][]string) bool {
+	for k, v := range want {
+		if labels[k] != v {
+			return false
+		}
+	}
+	for k, vs := range anyOf {
+		if !slices.Contains(vs, labels[k]) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) getInstance(c *cloud, r *http.Request, _ []byte, _ time.Time) (int, any, *apiError) {

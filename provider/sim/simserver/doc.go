@@ -44,12 +44,18 @@
 //	                                        unknown or holds live instances in another zone;
 //	                                        200 and the existing Instance when the idempotency
 //	                                        token was seen (unless the cloud ignores tokens)
-//	GET    instances[?label=k=v&label=...&region=&zone=&include_terminated=true&limit=&cursor=]
+//	GET    instances[?label=k=v&label=...&label_any=k=v&label_any=...&region=&zone=
+//	       &include_terminated=true&limit=&cursor=]
 //	                                        {"instances":[...], "next_cursor":"..."}: sorted by id,
 //	                                        limit 1..500 (default 100); pass next_cursor back as
 //	                                        cursor for the next page; terminated instances only with
 //	                                        include_terminated; new instances are hidden for
-//	                                        Faults.ListingLag
+//	                                        Faults.ListingLag. label: the label k is v (an empty v:
+//	                                        k is absent or empty), for every one given; label_any:
+//	                                        the label k is one of the values given for k, for every
+//	                                        such k (so label_any=gpuprov=a&label_any=gpuprov=b lists
+//	                                        a's and b's instances). Label filters are answered from
+//	                                        an index: a filtered listing costs what it selects
 //	GET    instances/{id}                   the Instance, terminated ones too for Options.Retention
 //	DELETE instances/{id}                   202 and the Instance, now "stopping" (idempotent);
 //	                                        404 for an unknown id

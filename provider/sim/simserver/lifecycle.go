@@ -218,6 +218,7 @@ func (s *Server) purge(c *cloud, in *instance) {
 		in.cancel()
 	}
 	delete(c.instances, in.ID)
+	c.unindex(in)
 	if in.Token != "" && c.tokens[in.Token] == in.ID {
 		delete(c.tokens, in.Token)
 	}
@@ -272,6 +273,7 @@ func (s *Server) newInstance(c *cloud, of *Offer, req *createRequest, boot *boot
 	}
 	in.event(now, EventCreated, "")
 	c.instances[in.ID] = in
+	c.index(in)
 	if in.Token != "" {
 		c.tokens[in.Token] = in.ID
 	}

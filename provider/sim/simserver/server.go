@@ -67,7 +67,8 @@ type cloud struct {
 	limiter   *rate.Limiter
 	rnd       *mrand.Rand
 	instances map[string]*instance
-	tokens    map[string]string // idempotency token → instance id
+	tokens    map[string]string             // idempotency token → instance id
+	byLabel   map[label]map[string]struct{} // label → ids of the instances carrying it (index.go)
 	firewalls map[string]*Firewall
 	groups    map[string]*PlacementGroup // by firewallKey(region, name)
 	sshKeys   map[string]*SSHKey
@@ -100,7 +101,7 @@ func Start(opts Options) (*Server, error) {
 		h.Write([]byte(cc.Name))
 		c := &cloud{cfg: cc, apiKey: cc.APIKey, offers: map[string]*Offer{}, faults: cc.Faults,
 			limiter: cc.Faults.newLimiter(), rnd: mrand.New(mrand.NewPCG(opts.Seed, h.Sum64())),
-			instances: map[string]*instance{}, tokens: map[string]string{},
+			instances: map[string]*instance{}, tokens: map[string]string{}, byLabel: map[label]map[string]struct{}{},
 			firewalls: map[string]*Firewall{}, sshKeys: map[string]*SSHKey{}, groups: map[string]*PlacementGroup{},
 			stats: Stats{Calls: map[string]int{}, Errors: map[string]int{}}}
 		for i := range cc.Offers {

@@ -3,10 +3,12 @@ package simserver
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -292,5 +294,86 @@ func TestRealClockBootsWithSSH(t *testing.T) {
 			t.Fatalf("not running after 10s: %+v", all)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// label_any keeps the instances whose label has one of the values given
+// for its key, beside label's exact filters; the label index that answers
+// it follows creates and purges, and agrees with a scan of every instance.
+func TestListFiltersOnAnyOfALabelsValues(t *testing.T) {
+	s, clk := start(t, nil)
+	byName := map[string]Instance{}
+	for i, vm := range []string{"a", "b", "c", "d", "a"} {
+		labels := map[string]string{"vm": vm, "team": []string{"x", "y"}[i%2]}
+		if vm == "d" {
+			delete(labels, "team")
+		}
+		byName[fmt.Sprintf("%s%d", vm, i)] = create(t, s, fmt.Sprintf("%s%d", vm, i), labels)
+	}
+	list := func(query string) []string {
+		t.Helper()
+		var names []string
+		cursor := ""
+		for pages := 0; ; pages++ {
+			var page instanceList
+			path := "/clouds/c1/v1/instances?limit=1&" + query
+			if cursor != "" {
+				path += "&cursor=" + cursor
+			}
+			if resp := request(t, s, "GET", path, s.APIKey("c1"), nil, &page); resp.StatusCode != 200 || pages > 10 {
+				t.Fatalf("%s: page %d: %d", query, pages, resp.StatusCode)
+			}
+			for _, in := range page.Instances {
+				names = append(names, in.Name)
+			}
+			if cursor = page.NextCursor; cursor == "" {
+				slices.Sort(names)
+				return names
+			}
+		}
+	}
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"label_any=vm=a&label_any=vm=c&label_any=vm=nosuch", []string{"a0", "a4", "c2"}},
+		{"label_any=vm=a&label_any=vm=a", []string{"a0", "a4"}},
+		{"label_any=vm=a&label_any=vm=b&label=team=x", []string{"a0", "a4"}},
+		{"label_any=vm=a&label_any=vm=b&label_any=team=y", []string{"b1"}},
+		{"label_any=vm=d&label_any=vm=c&label=team=", []string{"d3"}}, // an empty value: the key is absent
+		{"label_any=team=&label_any=team=y", []string{"b1", "d3"}},
+		{"label=vm=c", []string{"c2"}},
+		{"label_any=vm=nosuch", nil},
+		{"", []string{"a0", "a4", "b1", "c2", "d3"}},
+	} {
+		if got := list(tc.query); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.query, got, tc.want)
+		}
+	}
+	var eb errorBody
+	if resp := request(t, s, "GET", "/clouds/c1/v1/instances?label_any=novalue", s.APIKey("c1"), nil, &eb); resp.StatusCode != 400 || eb.Error.Code != CodeInvalidRequest {
+		t.Errorf("label_any without =: %d %+v", resp.StatusCode, eb)
+	}
+
+	// Purged instances leave the index.
+	request(t, s, "DELETE", "/clouds/c1/v1/instances/"+byName["a0"].ID, s.APIKey("c1"), nil, nil)
+	clk.Advance(time.Second + time.Hour) // deleted, then past retention
+	if got := list("label_any=vm=a&include_terminated=true"); !slices.Equal(got, []string{"a4"}) {
+		t.Fatalf("after a0's purge: %v", got)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.clouds["c1"]
+	n := 0
+	for l, ids := range c.byLabel {
+		for id := range ids {
+			if in := c.instances[id]; in == nil || in.Labels[l.key] != l.value {
+				t.Errorf("the index holds %s under %s=%s", id, l.key, l.value)
+			}
+			n++
+		}
+	}
+	if n != 7 { // a4, b1, c2 with two labels each, d3 with one
+		t.Errorf("the index holds %d entries, want 7", n)
 	}
 }

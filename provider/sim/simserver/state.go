@@ -70,6 +70,7 @@ func (s *Server) load() error {
 		}
 		for _, in := range cs.Instances {
 			c.instances[in.ID] = in
+			c.index(in)
 			if in.Token != "" {
 				c.tokens[in.Token] = in.ID
 			}
