@@ -68,16 +68,16 @@ func (p *Provisioner) initTracer() {
 
 // startOp starts the span of a public operation (gpuprov.Launch, ...), a
 // child of the caller's span in ctx if there is one. When the span does not
-// record (tracing off, or sampled out), ctx is returned as it was, so the
-// operation's children see no recording parent and start no span of their
-// own.
+// record (tracing off, or sampled out), the context still carries it, so
+// the operation's children see a parent that does not record and start no
+// span of their own, even under a caller's span that records.
 func (p *Provisioner) startOp(ctx context.Context, name string) (context.Context, trace.Span) {
 	if p.tracer == nil {
 		return ctx, noSpan
 	}
 	sctx, sp := p.tracer.Start(ctx, name)
 	if !sp.IsRecording() {
-		return ctx, noSpan
+		return sctx, noSpan
 	}
 	return sctx, sp
 }

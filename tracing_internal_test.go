@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/org/gpuprov/provider"
@@ -26,8 +27,8 @@ func TestTracingOffAllocations(t *testing.T) {
 		c.p.initTracer()
 		op := testing.AllocsPerRun(1000, func() {
 			octx, sp := c.p.startOp(ctx, "gpuprov.Launch")
-			if sp.IsRecording() || octx != ctx {
-				t.Fatal("a span records with tracing off, or the operation's context changed")
+			if sp.IsRecording() || trace.SpanFromContext(octx).IsRecording() {
+				t.Fatal("a span records with tracing off")
 			}
 			endSpan(sp, nil)
 		})

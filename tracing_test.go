@@ -303,3 +303,34 @@ func BenchmarkLaunchTracing(b *testing.B) {
 		benchLaunch(b, gpuprov.WithTracerProvider(tp))
 	})
 }
+
+// A sampler that drops gpuprov's operation span drops what is below it,
+// even under a caller's span that is sampled.
+func TestDroppedLaunchSpanDropsItsChildren(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr), sdktrace.WithSampler(dropGpuprov{}))
+	defer tp.Shutdown(context.Background())
+	e := newEnv(t, gpuprov.WithTracerProvider(tp))
+	ctx, caller := tp.Tracer("caller").Start(context.Background(), "schedule job")
+	if _, err := e.p.Launch(ctx, h100("train")); err != nil {
+		t.Fatal(err)
+	}
+	caller.End()
+	for _, s := range sr.Ended() {
+		if s.Name() != "schedule job" {
+			t.Errorf("span %s recorded under a dropped gpuprov.Launch", s.Name())
+		}
+	}
+}
+
+// dropGpuprov samples every span but gpuprov.Launch.
+type dropGpuprov struct{}
+
+func (dropGpuprov) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if p.Name == "gpuprov.Launch" {
+		return sdktrace.SamplingResult{Decision: sdktrace.Drop}
+	}
+	return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
+}
+
+func (dropGpuprov) Description() string { return "drop gpuprov.Launch" }
