@@ -18,20 +18,30 @@ import (
 // a thousand Observe calls.
 //
 // On a provider.NameLister the listing is filtered: it lists only the VMs
-// waiting on the poller when its first call starts (names), in calls of at
-// most provider.MaxListNames names, so that its size follows the VMs being
-// watched, not the fleet. It may answer only for the VMs it named: an
-// instance it did not look for is not "nothing there".
+// waiting on the poller when it starts, in calls of at most
+// provider.MaxListNames names, so that its size follows the VMs being
+// watched, not the fleet. Its number of calls is fixed when it starts; a VM
+// that comes to wait while it runs is named by one of its calls not yet
+// sent, where that call has room (the last call of 100 names seldom is
+// full), so that it costs no call more and answers sooner. It may answer
+// only for the VMs it named: an instance it did not look for is not
+// "nothing there".
 type listing struct {
 	started time.Time
 	done    chan struct{}
 
-	// filtered says the listing is ListNamed calls. Until fixed, any VM
-	// may join it, and is named by it; once fixed (under the poller's
-	// lock, as the first call starts), names is final.
+	// filtered says the listing is ListNamed calls. Before it starts
+	// (names nil) any VM may join it, and is named by it. As it starts it
+	// takes the waiting VMs (reserved) and its room: its calls times
+	// provider.MaxListNames. Each call, as it is sent, moves up to that
+	// many names from reserved to names; a VM that joins while it runs
+	// is reserved if there is room. Once fixed (its last call formed),
+	// names is final. All under the poller's lock.
 	filtered bool
 	fixed    bool
 	names    map[string]struct{}
+	reserved map[string]struct{}
+	room     int
 
 	// Set by runListing before done is closed and before the listing
 	// becomes the poller's last.
@@ -45,11 +55,25 @@ type listing struct {
 // serves reports whether vm may wait on l, which is in flight or about to
 // start: l lists every VM, or will name vm, or named it. pl.mu is held.
 func (l *listing) serves(vm string) bool {
-	if !l.filtered || !l.fixed {
+	if !l.filtered || l.names == nil {
 		return true
 	}
-	_, ok := l.names[vm]
-	return ok
+	_, named := l.names[vm]
+	_, will := l.reserved[vm]
+	return named || will
+}
+
+// join has l, in flight, name vm if it can: it serves vm already, or it
+// has a call not yet formed with room for it. pl.mu is held.
+func (l *listing) join(vm string) bool {
+	switch {
+	case l.serves(vm):
+		return true
+	case l.fixed || len(l.names)+len(l.reserved) >= l.room:
+		return false
+	}
+	l.reserved[vm] = struct{}{}
+	return true
 }
 
 // answers reports whether l, finished, holds a good answer for vm.
@@ -124,7 +148,7 @@ func (pp *paced) listFor(ctx context.Context, clk clock.Clock, loc provider.Loca
 	switch {
 	case pl.last != nil && !pl.last.started.Before(fresh) && pl.last.answers(vm):
 		l = pl.last
-	case pl.inflight != nil && !pl.inflight.started.Before(fresh) && pl.inflight.serves(vm):
+	case pl.inflight != nil && !pl.inflight.started.Before(fresh) && pl.inflight.join(vm):
 		l = pl.inflight
 	case pl.inflight != nil:
 		// At most one listing per location runs at a time: callers it is
@@ -281,30 +305,59 @@ func (pp *paced) listAll(ctx context.Context, l *listing, loc provider.Location)
 	}
 }
 
-// listNamed fixes l's names (the VMs waiting on the poller now) and lists
-// them in ListNamed calls of at most provider.MaxListNames names each, one
-// after the other (one listing per poller in flight). A call that fails
-// fails the looks of its VMs only: the others have their answer.
+// listNamed lists the VMs waiting on the poller now, and those that join
+// while it runs where its calls have room, in ListNamed calls of at most
+// provider.MaxListNames names each, one after the other (one listing per
+// poller in flight). Each call takes its names as it is sent. A call that
+// fails fails the looks of its VMs only: the others have their answer.
 func (pp *paced) listNamed(ctx context.Context, pl *poller, l *listing, loc provider.Location) {
 	pl.mu.Lock()
-	l.fixed = true
 	l.names = make(map[string]struct{}, len(pl.waiting))
+	l.reserved = make(map[string]struct{}, len(pl.waiting))
 	for vm := range pl.waiting {
-		l.names[vm] = struct{}{}
+		l.reserved[vm] = struct{}{}
 	}
+	calls := (len(l.reserved) + provider.MaxListNames - 1) / provider.MaxListNames
+	l.room = calls * provider.MaxListNames
+	l.fixed = calls == 0
 	pl.mu.Unlock()
 
+	// take forms call i's names: up to MaxListNames of the reserved VMs,
+	// which the last call takes all of (the room bounds them).
+	take := func(i int) []string {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		names := slices.Sorted(maps.Keys(l.reserved))
+		if i < calls-1 && len(names) > provider.MaxListNames {
+			names = names[:provider.MaxListNames]
+		}
+		for _, vm := range names {
+			l.names[vm] = struct{}{}
+			delete(l.reserved, vm)
+		}
+		l.fixed = i == calls-1
+		return names
+	}
+
 	nl := pp.lister.(provider.NameLister)
-	l.byVM = make(map[string][]provider.Observed, len(l.names))
-	for names := range slices.Chunk(slices.Sorted(maps.Keys(l.names)), provider.MaxListNames) {
-		l.called = true
+	l.byVM = make(map[string][]provider.Observed, l.room)
+	for i := range calls {
+		var names []string
 		var obs []provider.Observed
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		err := pp.call(cctx, "list", loc, func(ctx context.Context) (err error) {
+			names = take(i)
+			if len(names) == 0 {
+				return nil
+			}
+			l.called = true
 			obs, err = nl.ListNamed(ctx, loc, names)
 			return err
 		})
 		cancel()
+		if names == nil && err != nil {
+			names = take(i) // not sent: its VMs get the error
+		}
 		if err != nil {
 			if l.failed == nil {
 				l.failed = make(map[string]error, len(names))

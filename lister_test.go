@@ -149,6 +149,19 @@ func waitWaiting(t *testing.T, pp *paced, n int) {
 	}
 }
 
+// advanceListing advances clk by d once the poller's next listing sleeps
+// until its start (advanced before, it would sleep d after the new time).
+func advanceListing(t *testing.T, clk *clock.Fake, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); clk.Sleeping() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no listing sleeps until its start")
+		}
+		time.Sleep(100 * time.Microsecond) // real time: for the listing's goroutine to reach its sleep
+	}
+	clk.Advance(d)
+}
+
 // wantInstance checks that l answered with exactly one instance, vm's.
 func wantInstance(t *testing.T, l look) {
 	t.Helper()
@@ -215,7 +228,7 @@ func TestFilteredListingAnswersOnlyTheVMsItNamed(t *testing.T) {
 	default:
 	}
 
-	clk.Advance(time.Second) // the poll interval since the first listing
+	advanceListing(t, clk, time.Second) // the poll interval since the first listing
 	if got := recv(t, nc.entered, "a listing call"); !slices.Equal(got, []string{"b"}) {
 		t.Fatalf("second listing names %v, want [b]: a is no longer waiting", got)
 	}
@@ -231,7 +244,7 @@ func TestFilteredListingAnswersOnlyTheVMsItNamed(t *testing.T) {
 	// name a) and makes a listing of its own.
 	wantInstance(t, recv(t, lookAt(ctx, pp, clk, "b", lb.started), "b's look answered by the last listing"))
 	a2 := lookAt(ctx, pp, clk, "a", lb.started)
-	clk.Advance(time.Second) // its listing starts one poll interval after b's
+	advanceListing(t, clk, time.Second) // its listing starts one poll interval after b's
 	if got := recv(t, nc.entered, "a listing call"); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("third listing names %v, want [a]", got)
 	}
@@ -267,7 +280,7 @@ func TestFilteredListingNamesTheVMsWaiting(t *testing.T) {
 	letThrough(t, nc)
 	wantInstance(t, recv(t, x, "x's look"))
 
-	clk.Advance(time.Second)
+	advanceListing(t, clk, time.Second)
 	if got := recv(t, nc.entered, "a listing call"); !slices.Equal(got, []string{"c", "d", "e"}) {
 		t.Fatalf("the second listing names %v, want [c d e]", got)
 	}
@@ -449,4 +462,81 @@ func TestLaunchManyWithFilteredListings(t *testing.T) {
 		t.Fatalf("a call named %d VMs, more than MaxListNames (%d)", most, provider.MaxListNames)
 	}
 	t.Logf("%d VMs: %d ListNamed calls, the largest naming %d", n, len(named), most)
+}
+
+// A VM that comes to wait while a filtered listing runs is named by the
+// listing's last call if that call has not been sent and has room, at no
+// call more; when the listing's calls are full it waits for the next one.
+func TestFilteredListingTakesLateVMsWhereItHasRoom(t *testing.T) {
+	for _, tc := range []struct {
+		waiting int
+		named   bool // late is named by the listing it joins
+	}{
+		{provider.MaxListNames + 50, true},
+		{2 * provider.MaxListNames, false},
+	} {
+		t.Run(fmt.Sprint(tc.waiting), func(t *testing.T) {
+			var vms []string
+			for i := range tc.waiting {
+				vms = append(vms, fmt.Sprintf("vm-%03d", i))
+			}
+			f, clk := newListCloud(t, append(slices.Clone(vms), "late")...)
+			nc := &namedCloud{Fake: f, entered: make(chan []string), release: make(chan struct{})}
+			pp := newTestPaced(nc, clk)
+			ctx := context.Background()
+
+			// A first listing holds the poller, so that every VM waits
+			// for the second.
+			seed := lookAt(ctx, pp, clk, vms[0], listT0)
+			recv(t, nc.entered, "the first listing call")
+			var looks []<-chan look
+			for _, vm := range vms {
+				looks = append(looks, lookAt(ctx, pp, clk, vm, listT0.Add(time.Nanosecond)))
+			}
+			waitWaiting(t, pp, tc.waiting+1)
+			letThrough(t, nc)
+			wantInstance(t, recv(t, seed, "the seed's look"))
+
+			advanceListing(t, clk, time.Second) // the second listing starts
+			if got := recv(t, nc.entered, "the second listing's first call"); len(got) != provider.MaxListNames || slices.Contains(got, "late") {
+				t.Fatalf("the second listing's first call names %d VMs (late among them: %v), want %d",
+					len(got), slices.Contains(got, "late"), provider.MaxListNames)
+			}
+			late := lookAt(ctx, pp, clk, "late", listT0.Add(time.Nanosecond)) // fresh enough for it
+			waitWaiting(t, pp, tc.waiting+1)
+			letThrough(t, nc)
+			second := recv(t, nc.entered, "the second listing's second call")
+			if slices.Contains(second, "late") != tc.named {
+				t.Fatalf("the second call names late: %v, want %v (%d names)", !tc.named, tc.named, len(second))
+			}
+			if len(second) > provider.MaxListNames {
+				t.Fatalf("the second call names %d VMs, more than MaxListNames", len(second))
+			}
+			letThrough(t, nc)
+			for i, ch := range looks {
+				wantInstance(t, recv(t, ch, vms[i]+"'s look"))
+			}
+			if !tc.named {
+				select {
+				case l := <-late:
+					t.Fatalf("late was answered by a listing that did not name it: %+v %v", l.obs, l.err)
+				default:
+				}
+				advanceListing(t, clk, time.Second)
+				if got := recv(t, nc.entered, "the third listing's call"); !slices.Equal(got, []string{"late"}) {
+					t.Fatalf("the third listing names %v, want [late]", got)
+				}
+				letThrough(t, nc)
+			}
+			wantInstance(t, recv(t, late, "late's look"))
+			named, lists := nc.calls()
+			want := 3
+			if !tc.named {
+				want = 4
+			}
+			if len(named) != want || lists != 0 {
+				t.Fatalf("%d ListNamed calls and %d List calls, want %d and none", len(named), lists, want)
+			}
+		})
+	}
 }

@@ -182,6 +182,21 @@ func (f *Fake) AutoAdvance() (stop func()) {
 	}
 }
 
+// Sleeping reports how many Sleep calls are waiting for the fake time. A
+// test that advances the time for a goroutine's Sleep waits for it first:
+// advanced before the Sleep starts, the time would leave it d later still.
+func (f *Fake) Sleeping() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, t := range f.timers {
+		if t.sleep {
+			n++
+		}
+	}
+	return n
+}
+
 func (f *Fake) earliestSleep() (time.Time, bool) {
 	var best time.Time
 	found := false

@@ -15,9 +15,10 @@ var ErrKilled = errors.New("providertest: process killed")
 // Killable wraps a provider for engine tests that simulate the death of the
 // process using it: once dead reports true every call fails (as Failed,
 // wrapping ErrKilled), as if the process had died before sending it; a
-// call already under way completes, as a request on the wire would. The
-// result implements provider.Lister exactly when p does. Refused counts
-// the mutations (prepare, create, delete, cleanup) refused after the death.
+// call already under way completes, as a request on the wire would. What
+// WithList returns implements provider.Lister and provider.NameLister
+// exactly when p does. Refused counts the mutations (prepare, create,
+// delete, cleanup) refused after the death.
 func Killable(p provider.CloudProvider, dead func() bool) *Killed {
 	return &Killed{CloudProvider: p, dead: dead}
 }
@@ -29,13 +30,16 @@ type Killed struct {
 	refused atomic.Int64
 }
 
-// WithList returns k as a provider.Lister when the wrapped provider is one,
-// else k alone.
+// WithList returns k as a provider.Lister when the wrapped provider is one
+// (and as a provider.NameLister too when it is also that), else k alone.
 func (k *Killed) WithList() provider.CloudProvider {
-	if _, ok := k.CloudProvider.(provider.Lister); ok {
-		return killedLister{k}
+	if _, ok := k.CloudProvider.(provider.Lister); !ok {
+		return k
 	}
-	return k
+	if _, ok := k.CloudProvider.(provider.NameLister); ok {
+		return killedNameLister{killedLister{k}}
+	}
+	return killedLister{k}
 }
 
 // Refused is how many mutations were refused after the death.
@@ -106,4 +110,13 @@ func (k killedLister) List(ctx context.Context, loc provider.Location) ([]provid
 		return nil, err
 	}
 	return k.CloudProvider.(provider.Lister).List(ctx, loc)
+}
+
+type killedNameLister struct{ killedLister }
+
+func (k killedNameLister) ListNamed(ctx context.Context, loc provider.Location, vms []string) ([]provider.Observed, error) {
+	if err := k.check("list", false); err != nil {
+		return nil, err
+	}
+	return k.CloudProvider.(provider.NameLister).ListNamed(ctx, loc, vms)
 }
