@@ -132,33 +132,22 @@ func lookAt(ctx context.Context, pp *paced, clk clock.Clock, vm string, fresh ti
 func waitWaiting(t *testing.T, pp *paced, n int) {
 	t.Helper()
 	pl := pp.poller(listLoc)
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	waitFor(t, fmt.Sprintf("%d looks wait on the poller", n), func() bool {
 		pl.mu.Lock()
+		defer pl.mu.Unlock()
 		got := 0
 		for _, c := range pl.waiting {
 			got += c
 		}
-		pl.mu.Unlock()
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d looks waiting on the poller, want %d", got, n)
-		}
-		time.Sleep(100 * time.Microsecond) // real time: for goroutines to reach the poller, not for the fake clock
-	}
+		return got == n
+	})
 }
 
 // advanceListing advances clk by d once the poller's next listing sleeps
 // until its start (advanced before, it would sleep d after the new time).
 func advanceListing(t *testing.T, clk *clock.Fake, d time.Duration) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); clk.Sleeping() == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("no listing sleeps until its start")
-		}
-		time.Sleep(100 * time.Microsecond) // real time: for the listing's goroutine to reach its sleep
-	}
+	waitFor(t, "a listing sleeps until its start", func() bool { return clk.Sleeping() > 0 })
 	clk.Advance(d)
 }
 

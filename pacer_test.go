@@ -37,9 +37,17 @@ func queued(t *testing.T, pc *pacer, g *grants, wg *sync.WaitGroup, name string,
 		}
 		g.add(name, pc.clk.Now())
 	})
-	for deadline := time.Now().Add(5 * time.Second); pc.len() == before; {
+	waitFor(t, name+" joins the queue", func() bool { return pc.len() != before })
+}
+
+// waitFor waits, in real time, until cond holds: for goroutines to reach a
+// state (a queue, a poller, a sleep), never for the fake clock. It fails
+// the test when cond does not hold within a few seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never joined the queue", name)
+			t.Fatalf("timed out waiting until %s", what)
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
@@ -125,12 +133,7 @@ func TestPacerLeavingFreesTheTurn(t *testing.T) {
 	blocked.gone = true
 	blocked.mu.Unlock()
 	close(blocked.ch)
-	for deadline := time.Now().Add(5 * time.Second); pc.len() > 2; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls queued, want the 2 that were not blocked", pc.len())
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	waitFor(t, "only the 2 calls not blocked are queued", func() bool { return pc.len() <= 2 })
 	stop := clk.AutoAdvance()
 	wg.Wait()
 	stop()
