@@ -132,7 +132,7 @@ func lookAt(ctx context.Context, pp *paced, clk clock.Clock, vm string, fresh ti
 func waitWaiting(t *testing.T, pp *paced, n int) {
 	t.Helper()
 	pl := pp.poller(listLoc)
-	waitFor(t, fmt.Sprintf("%d looks wait on the poller", n), func() bool {
+	pt.WaitFor(t, fmt.Sprintf("%d looks wait on the poller", n), func() bool {
 		pl.mu.Lock()
 		defer pl.mu.Unlock()
 		got := 0
@@ -147,7 +147,7 @@ func waitWaiting(t *testing.T, pp *paced, n int) {
 // until its start (advanced before, it would sleep d after the new time).
 func advanceListing(t *testing.T, clk *clock.Fake, d time.Duration) {
 	t.Helper()
-	waitFor(t, "a listing sleeps until its start", func() bool { return clk.Sleeping() > 0 })
+	pt.WaitFor(t, "a listing sleeps until its start", func() bool { return clk.Sleeping() > 0 })
 	clk.Advance(d)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/org/gpuprov/clock"
+	pt "github.com/org/gpuprov/provider/providertest"
 )
 
 // grant records the fake time at which each named call was let through.
@@ -24,6 +25,12 @@ func (g *grants) add(name string, t time.Time) {
 	g.seq = append(g.seq, name)
 }
 
+func (g *grants) len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.seq)
+}
+
 // queued starts a call named name on pc and waits until it is in the
 // queue (or granted).
 func queued(t *testing.T, pc *pacer, g *grants, wg *sync.WaitGroup, name string, prio bool, stop leaver, errs chan<- error) {
@@ -37,20 +44,7 @@ func queued(t *testing.T, pc *pacer, g *grants, wg *sync.WaitGroup, name string,
 		}
 		g.add(name, pc.clk.Now())
 	})
-	waitFor(t, name+" joins the queue", func() bool { return pc.len() != before })
-}
-
-// waitFor waits, in real time, until cond holds: for goroutines to reach a
-// state (a queue, a poller, a sleep), never for the fake clock. It fails
-// the test when cond does not hold within a few seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	pt.WaitFor(t, name+" joins the queue", func() bool { return pc.len() != before })
 }
 
 func (pc *pacer) len() int {
@@ -75,9 +69,17 @@ func TestPacerListingsGoFirst(t *testing.T) {
 		queued(t, pc, g, &wg, n, false, nil, errs)
 	}
 	queued(t, pc, g, &wg, "list", true, nil, errs)
-	stop := clk.AutoAdvance()
+	// The clock moves a turn at a time, once the call at the front sleeps
+	// for its token, and again only when that call's grant is recorded:
+	// each grant is recorded at the fake time it was made (moved on by
+	// AutoAdvance, the clock could pass the next turn before a goroutine
+	// read it).
+	for i := range 5 {
+		pt.WaitFor(t, "the front call sleeps for its token", func() bool { return clk.Sleeping() > 0 })
+		clk.Advance(100 * time.Millisecond)
+		pt.WaitFor(t, "the front call's grant is recorded", func() bool { return g.len() > i })
+	}
 	wg.Wait()
-	stop()
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
@@ -133,7 +135,7 @@ func TestPacerLeavingFreesTheTurn(t *testing.T) {
 	blocked.gone = true
 	blocked.mu.Unlock()
 	close(blocked.ch)
-	waitFor(t, "only the 2 calls not blocked are queued", func() bool { return pc.len() <= 2 })
+	pt.WaitFor(t, "only the 2 calls not blocked are queued", func() bool { return pc.len() <= 2 })
 	stop := clk.AutoAdvance()
 	wg.Wait()
 	stop()

@@ -168,19 +168,6 @@ func one(t *testing.T, obs []provider.Observed) provider.Observed {
 	return obs[0]
 }
 
-// waitFor polls cond every 10ms for up to 5s: for conditions that depend on
-// a real goroutine of the server (an SSH server closing).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // errKind asserts err's kind.
 func errKind(t *testing.T, err error, want provider.ErrorKind) *provider.Error {
 	t.Helper()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/org/gpuprov/clock"
 	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/providertest"
 	"github.com/org/gpuprov/provider/sim"
 	"github.com/org/gpuprov/provider/sim/simserver"
 )
@@ -134,7 +135,7 @@ func TestLifecycleWithSSH(t *testing.T) {
 	if o := one(t, e.observe(t, loc, "vm1")); o.Status != provider.StatusStopping || o.SSH != nil {
 		t.Fatalf("after delete: %+v", o)
 	}
-	waitFor(t, "the SSH server to close", func() bool {
+	providertest.WaitFor(t, "the SSH server to close", func() bool {
 		c, err := net.DialTimeout("tcp", o.SSH.Address(), time.Second)
 		if err == nil {
 			c.Close()
