@@ -84,6 +84,13 @@ type Provisioner struct {
 	// retention is how long Prune keeps what the journal holds of ended
 	// VMs (WithRetention; see prune.go).
 	retention time.Duration
+	// sharedGrace is how long a region's shared side resources outlive
+	// this process's last VM there (WithSharedGrace; see shared.go).
+	sharedGrace time.Duration
+	// closing is closed by Close: pending shared-resource removals run
+	// at once; lingering counts them.
+	closing   chan struct{}
+	lingering sync.WaitGroup
 	// callObservers receive every primitive call (WithCallObserver).
 	callObservers []func(Call)
 	// tracerProvider is WithTracerProvider's (nil: the global one);
@@ -224,13 +231,15 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 		return nil, errors.New("gpuprov: New with a nil journal")
 	}
 	p := &Provisioner{
-		j:         j,
-		providers: map[string]*paced{},
-		clock:     clock.Real,
-		log:       slog.New(slog.DiscardHandler),
-		leaseTTL:  30 * time.Second,
-		retention: DefaultRetention,
-		maxOffers: 8,
+		j:           j,
+		providers:   map[string]*paced{},
+		clock:       clock.Real,
+		log:         slog.New(slog.DiscardHandler),
+		leaseTTL:    30 * time.Second,
+		retention:   DefaultRetention,
+		sharedGrace: DefaultSharedGrace,
+		closing:     make(chan struct{}),
+		maxOffers:   8,
 		blockTTL: map[provider.ErrorKind]time.Duration{
 			provider.Capacity:    10 * time.Minute,
 			provider.Failed:      10 * time.Minute,
@@ -341,8 +350,10 @@ func sameKey(line string, pub gossh.PublicKey) bool {
 }
 
 // Close stops the lease heartbeat and the reaper (WithReaper), letting a
-// deletion the reaper has under way finish. Launches still running lose
-// their leases when those expire. It does not close the journal.
+// deletion the reaper has under way finish, and removes now the shared
+// side resources that were waiting out their grace (WithSharedGrace).
+// Launches still running lose their leases when those expire. It does not
+// close the journal.
 func (p *Provisioner) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -359,6 +370,8 @@ func (p *Provisioner) Close() error {
 	}
 	close(p.stopHB)
 	<-p.hbDone
+	close(p.closing)
+	p.lingering.Wait()
 	return nil
 }
 

@@ -44,6 +44,9 @@ type paced struct {
 	// whose side resources may include the provider's shared ones (see
 	// shared.go); only for a provider.SharedCleaner.
 	shared map[string]map[string]struct{}
+	// linger is, per region, the removal of the shared side resources
+	// waiting out its grace; closing the channel calls it off.
+	linger map[string]chan struct{}
 }
 
 func newPaced(cp provider.CloudProvider) *paced {

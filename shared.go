@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/provider"
@@ -17,7 +18,30 @@ import (
 // it again (provider.ErrSharedGone). Within a process, the Provisioner
 // keeps the set of its VMs holding an attempt in each region, so that it
 // asks to remove a region's shared resources only when the last of them is
-// torn down, instead of after every teardown.
+// torn down, instead of after every teardown; and it asks only after a
+// grace (WithSharedGrace), so that a VM arriving in the region soon after,
+// the next in a queue or one failing over there, uses them instead of
+// making them again. Close runs the removals still waiting; a process that
+// ends without Close leaves them to a later teardown there, or to Sweep.
+
+// DefaultSharedGrace is how long a region's shared side resources outlive
+// the Provisioner's last VM there (WithSharedGrace).
+const DefaultSharedGrace = time.Minute
+
+// WithSharedGrace sets how long a region's shared side resources (see
+// provider.SharedCleaner) are kept after the last VM of this Provisioner
+// there is gone, for the next VM to use; default DefaultSharedGrace. 0
+// removes them as soon as the last VM's teardown ends. Close removes the
+// ones still waiting.
+func WithSharedGrace(d time.Duration) Option {
+	return func(p *Provisioner) {
+		if d < 0 {
+			p.pending = append(p.pending, fmt.Errorf("gpuprov: WithSharedGrace(%s): the grace must not be negative", d))
+			return
+		}
+		p.sharedGrace = d
+	}
+}
 
 // holdShared records that attempt a of vm may have side resources in its
 // region that include the shared ones (its Prepare is about to run, or ran,
@@ -36,6 +60,11 @@ func (pp *paced) holdShared(a *journal.Attempt) {
 		pp.shared[a.Region] = map[string]struct{}{}
 	}
 	pp.shared[a.Region][holder(a)] = struct{}{}
+	if stop, ok := pp.linger[a.Region]; ok {
+		// The removal waiting out its grace is called off.
+		close(stop)
+		delete(pp.linger, a.Region)
+	}
 }
 
 // releaseShared ends attempt a's hold and reports whether no attempt of
@@ -91,15 +120,70 @@ func (p *Provisioner) cleanupShared(ctx context.Context, pp *paced, loc provider
 
 // unholdShared ends attempt a's hold on its region once its side resources
 // are settled (cleaned up, or never made) and, when it was the last hold of
-// this process there, removes the region's shared side resources, best
-// effort: one that is left costs nothing and is removed by a later
-// teardown or by Sweep.
+// this process there, removes the region's shared side resources after the
+// grace, best effort: one that is left costs nothing and is removed by a
+// later teardown or by Sweep.
 func (d *driver) unholdShared(ctx context.Context, pp *paced, a *journal.Attempt) {
-	if !pp.releaseShared(a) {
+	if pp.releaseShared(a) {
+		d.p.lingerShared(ctx, pp, a.Region)
+	}
+}
+
+// lingerShared removes the shared side resources of region once the grace
+// has passed with no hold there, or at Close; at once when the grace is 0
+// or the Provisioner is closed. A removal already waiting for the region
+// is left to run.
+func (p *Provisioner) lingerShared(ctx context.Context, pp *paced, region string) {
+	p.mu.Lock()
+	closed := p.closed
+	if !closed && p.sharedGrace > 0 {
+		p.lingering.Add(1) // under p.mu: Close's Wait starts after closed is set
+	}
+	p.mu.Unlock()
+	if closed || p.sharedGrace <= 0 {
+		p.removeShared(ctx, pp, region)
 		return
 	}
-	if err := d.p.cleanupShared(ctx, pp, provider.Location{Region: a.Region}); err != nil {
-		d.p.log.Warn("shared side resources left", "provider", pp.Name(), "region", a.Region, "err", err)
+	pp.mu.Lock()
+	if _, ok := pp.linger[region]; ok || len(pp.shared[region]) > 0 {
+		pp.mu.Unlock()
+		p.lingering.Done()
+		return
+	}
+	stop := make(chan struct{})
+	if pp.linger == nil {
+		pp.linger = map[string]chan struct{}{}
+	}
+	pp.linger[region] = stop
+	pp.mu.Unlock()
+	t := p.clock.NewTimer(p.sharedGrace)
+	go func() {
+		defer p.lingering.Done()
+		select {
+		case <-stop: // a VM came: holdShared called it off
+			t.Stop()
+			return
+		case <-t.C():
+		case <-p.closing:
+			t.Stop()
+		}
+		pp.mu.Lock()
+		mine := pp.linger[region] == stop
+		if mine {
+			delete(pp.linger, region)
+		}
+		pp.mu.Unlock()
+		if mine {
+			p.removeShared(context.Background(), pp, region)
+		}
+	}()
+}
+
+// removeShared removes the shared side resources of region, logging what
+// is left.
+func (p *Provisioner) removeShared(ctx context.Context, pp *paced, region string) {
+	if err := p.cleanupShared(ctx, pp, provider.Location{Region: region}); err != nil {
+		p.log.Warn("shared side resources left", "provider", pp.Name(), "region", region, "err", err)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 )
 
 // The region's shared side resource is made once for every VM there, is
-// kept while any of them lives, and goes with the last one.
+// kept while any of them lives, and goes a grace after the last one.
 func TestSharedResourceGoesWithTheLastVM(t *testing.T) {
 	e := newEnv(t)
 	e.useShared()
@@ -35,16 +35,97 @@ func TestSharedResourceGoesWithTheLastVM(t *testing.T) {
 		if err := p.Delete(ctx, n); err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"us-east"}
-		if i == len(names)-1 {
-			want = nil
-		}
-		if got := sf.Shared(); !slices.Equal(got, want) {
-			t.Fatalf("after deleting %d of %d VMs: shared in %v, want %v", i+1, len(names), got, want)
+		if got := sf.Shared(); !slices.Equal(got, []string{"us-east"}) {
+			t.Fatalf("after deleting %d of %d VMs: shared in %v, want [us-east] (kept for the grace)", i+1, len(names), got)
 		}
 	}
+	e.clk.Advance(gpuprov.DefaultSharedGrace - time.Second)
+	if got := sf.Shared(); !slices.Equal(got, []string{"us-east"}) {
+		t.Fatalf("a second before the grace ends: shared in %v, want [us-east]", got)
+	}
+	e.clk.Advance(time.Second)
+	pt.WaitFor(t, "the shared resource is removed after the grace", func() bool { return len(sf.Shared()) == 0 })
 	if n := sf.DeletedInUse(); n != 0 {
 		t.Fatalf("%d removals while an instance was live", n)
+	}
+}
+
+// A VM that comes to the region within the grace uses the shared resource
+// the last one left: it is not made again, and its removal waits for the
+// new VM.
+func TestSharedResourceKeptForTheNextVM(t *testing.T) {
+	e := newEnv(t)
+	e.useShared()
+	p := e.provisioner(e.j)
+	ctx := context.Background()
+	if _, err := p.Launch(ctx, h100("first")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Delete(ctx, "first"); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(gpuprov.DefaultSharedGrace / 2)
+	if _, err := p.Launch(ctx, h100("next")); err != nil {
+		t.Fatal(err)
+	}
+	sf := e.shared["a"]
+	if got := sf.Made(); got != 1 {
+		t.Fatalf("shared resources made: %d, want 1 (the next VM uses the one kept)", got)
+	}
+	e.clk.Advance(2 * gpuprov.DefaultSharedGrace)
+	if got := sf.Shared(); !slices.Equal(got, []string{"us-east"}) {
+		t.Fatalf("with the next VM live, past the first grace: shared in %v, want [us-east]", got)
+	}
+	if err := p.Delete(ctx, "next"); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(gpuprov.DefaultSharedGrace)
+	pt.WaitFor(t, "the shared resource is removed a grace after the next VM", func() bool { return len(sf.Shared()) == 0 })
+	if n := sf.DeletedInUse(); n != 0 {
+		t.Fatalf("%d removals while an instance was live", n)
+	}
+}
+
+// Close removes at once the shared resources waiting out their grace, so
+// that a process which ends properly leaves none; a grace of 0 removes
+// them with the last VM's teardown.
+func TestSharedResourceRemovedAtCloseOrWithNoGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		grace []gpuprov.Option
+		close bool
+	}{
+		{name: "close", close: true},
+		{name: "grace 0", grace: []gpuprov.Option{gpuprov.WithSharedGrace(0)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.useShared()
+			p := e.provisioner(e.j, tc.grace...)
+			ctx := context.Background()
+			if _, err := p.Launch(ctx, h100("only")); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Delete(ctx, "only"); err != nil {
+				t.Fatal(err)
+			}
+			if tc.close {
+				if err := p.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := e.shared["a"].Shared(); len(got) != 0 {
+				t.Fatalf("shared in %v, want none", got)
+			}
+		})
+	}
+}
+
+func TestSharedGraceMustNotBeNegative(t *testing.T) {
+	e := newEnv(t)
+	_, err := gpuprov.New(e.j, gpuprov.WithSharedGrace(-time.Second))
+	if err == nil || !strings.Contains(err.Error(), "WithSharedGrace(-1s)") {
+		t.Fatalf("New with a negative grace: %v, want an error naming WithSharedGrace", err)
 	}
 }
 

@@ -26,8 +26,9 @@ import (
 //     (its SSH key, a per-VM rule).
 //   - CleanupShared removes the installation's shared resources in loc's
 //     region (every region for a zero Location) that no instance uses. The
-//     core calls it after a teardown once none of its own VMs holds an
-//     attempt in that provider and region, and Sweep calls it for every
+//     core calls it once none of its own VMs has held an attempt in that
+//     provider and region for a grace (gpuprov.WithSharedGrace), at Close
+//     for the regions still in their grace, and Sweep calls it for every
 //     region. What an instance still uses is left, and reported with an
 //     error matching [ErrInUse]; CleanupShared must never remove a resource
 //     a non-terminated instance uses, so a provider implements it only on a

@@ -433,7 +433,8 @@ func inspect(ctx context.Context, p *gpuprov.Provisioner, cl *gpuprov.Cluster, s
 	return nodes, healthy
 }
 
-// teardown deletes every VM of the demo's journal.
+// teardown deletes every VM of the demo's journal, then closes p, which
+// removes the shared firewalls waiting out their grace (WithSharedGrace).
 func teardown(ctx context.Context, p *gpuprov.Provisioner, say func(string, ...any)) {
 	vms, err := p.List(ctx, gpuprov.ListOptions{})
 	if err != nil {
@@ -452,6 +453,7 @@ func teardown(ctx context.Context, p *gpuprov.Provisioner, say func(string, ...a
 		})
 	}
 	wg.Wait()
+	p.Close()
 }
 
 func printSummary(w io.Writer, s *demoSummary) {

@@ -201,6 +201,7 @@ func runS1(ctx context.Context, cfg s1Config) (*s1Result, error) {
 		if err := deleteAll(ctx, p, reqs); err != nil {
 			return res, err
 		}
+		p.Close() // removes the shared firewalls waiting out their grace
 		if res.Leftover, err = leftovers(srv); err != nil {
 			return res, err
 		}

@@ -150,6 +150,7 @@ func runS3(ctx context.Context, cfg s3Config) (*s3Result, error) {
 	if err := deleteAll(ctx, p, reqs); err != nil {
 		return res, err
 	}
+	p.Close() // removes the shared firewalls waiting out their grace
 	for _, c := range cloudNames {
 		live, err := liveInstances(info.URL, info.Admin, c)
 		if err != nil {

@@ -170,6 +170,7 @@ func TestMotoProvisionerLaunchAndDelete(t *testing.T) {
 	if got, err := prov.Get(ctx, name); err != nil || got.State != gpuprov.StateDeleted {
 		t.Fatalf("after delete: %+v, %v", got, err)
 	}
+	prov.Close() // removes the shared group waiting out its grace
 	if v := viewMoto(t, url, "us-east-1", db.Installation(), name); !v.empty() {
 		t.Fatalf("moto still holds %d instances, security groups %v, key pairs %v", len(v.Instances), v.SecurityGroups, v.KeyPairs)
 	}
@@ -231,6 +232,9 @@ func TestMotoProvisionerFailsOverAnUnknownInstanceType(t *testing.T) {
 		t.Fatalf("blocks %+v, want only region:aws|us-east-1", blocks)
 	}
 
+	// Close removes us-east-1's shared group, waiting out its grace (the
+	// Delete below, on a closed Provisioner, removes us-west-2's at once).
+	prov.Close()
 	if v := viewMoto(t, url, "us-east-1", db.Installation(), name); !v.empty() {
 		t.Fatalf("moto holds in us-east-1 %d instances, security groups %v, key pairs %v; want none", len(v.Instances), v.SecurityGroups, v.KeyPairs)
 	}

@@ -2,6 +2,7 @@ package aws_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -24,7 +25,8 @@ import (
 // attempts, the offer block and the region block, and each teardown; the
 // cloud holds only the ready VM's instance and key and the shared security
 // group of its region, and nothing at all once the VM is deleted (the
-// core's CleanupShared after the installation's last VM in the region).
+// core's CleanupShared a grace after the installation's last VM in the
+// region).
 func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 	clk := clock.NewFake(t0)
 	stop := clk.AutoAdvance()
@@ -117,12 +119,12 @@ func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 	if len(live) != 1 || live[0].ID != vm.InstanceID || live[0].Region != "us-west-2" || live[0].State != "running" {
 		t.Fatalf("live instances %+v, want only %s", live, vm.InstanceID)
 	}
-	// us-east-1's shared group went when the core cleaned up there (no
-	// instance of its used it); us-west-2's serves the ready VM.
+	// us-east-1's shared group goes a grace after the core left the region
+	// (no instance of its used it); us-west-2's serves the ready VM.
 	shared := provider.SharedName(db.Installation(), []provider.Port{{Number: 22, Protocol: "tcp"}})
-	if side := f.side(); !slices.Equal(side, []string{"key:us-west-2/gpuprov-train", "sg:us-west-2/" + shared}) {
-		t.Fatalf("side resources %v", side)
-	}
+	want := []string{"key:us-west-2/gpuprov-train", "sg:us-west-2/" + shared}
+	clk.Advance(gpuprov.DefaultSharedGrace)
+	pt.WaitFor(t, fmt.Sprintf("the side resources are %v", want), func() bool { return slices.Equal(f.side(), want) })
 
 	if err := prov.Delete(ctx, "train"); err != nil {
 		t.Fatalf("delete: %v", err)
@@ -130,7 +132,6 @@ func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 	if live := f.live(); len(live) != 0 {
 		t.Fatalf("instances left after delete: %+v", live)
 	}
-	if side := f.side(); len(side) != 0 {
-		t.Fatalf("side resources left after delete: %v", side)
-	}
+	clk.Advance(gpuprov.DefaultSharedGrace)
+	pt.WaitFor(t, "no side resource is left a grace after the delete", func() bool { return len(f.side()) == 0 })
 }

@@ -175,9 +175,9 @@ func TestFailoverLambdaToPrimeIntellectToRunPod(t *testing.T) {
 	if got := lapi.SSHKeys(); len(got) != 0 {
 		t.Fatalf("lambda keys left: %v", got)
 	}
-	if got := lapi.Rulesets(); len(got) != 0 {
-		t.Fatalf("lambda rulesets left: %v", got)
-	}
+	// The shared ruleset goes a grace after the core left lambda's region.
+	clk.Advance(gpuprov.DefaultSharedGrace)
+	pt.WaitFor(t, "no lambda ruleset is left a grace after the failover", func() bool { return len(lapi.Rulesets()) == 0 })
 	if got := papi.Pods(); len(got) != 0 {
 		t.Fatalf("prime pods left: %+v", got)
 	}

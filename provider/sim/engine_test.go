@@ -219,6 +219,7 @@ func TestEngineSlowDeleteWaitsUntilGone(t *testing.T) {
 	if live := e.live(t, "vm"); len(live) != 0 {
 		t.Fatalf("live after delete: %+v", live)
 	}
+	e.p.Close() // removes the shared firewall waiting out its grace
 	res, err := e.srv.SideResources(cloudName)
 	if err != nil || len(res.Firewalls)+len(res.SSHKeys) != 0 {
 		t.Fatalf("side resources after delete: %+v %v", res, err)

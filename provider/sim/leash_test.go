@@ -63,8 +63,11 @@ func TestEngineWaitsForTheSimsStock(t *testing.T) {
 			}
 		}
 	}
+	// With no grace the shared firewall goes in the teardown of the wake
+	// that tried an offer, instead of a grace later in a wake that found
+	// nothing, so that each wake's calls are its own.
 	e = newEngineEnv(t, simserver.Faults{StockoutRegions: []string{"*"}}, sim.Config{},
-		gpuprov.WithCapacityPoll(time.Minute), gpuprov.WithEvents(sink))
+		gpuprov.WithCapacityPoll(time.Minute), gpuprov.WithEvents(sink), gpuprov.WithSharedGrace(0))
 	req := engineReq("scarce")
 	req.WaitForCapacity, req.Timeout = true, 6*time.Hour
 	vm, err := e.p.Launch(context.Background(), req)
