@@ -17,10 +17,10 @@ import (
 // a thousand VMs booting in one zone cost one listing per poll interval, not
 // a thousand Observe calls.
 //
-// On a provider.NameLister the listing is filtered: it lists only the VMs
-// waiting on the poller when it starts, in calls of at most
-// provider.MaxListNames names, so that its size follows the VMs being
-// watched, not the fleet. Its number of calls is fixed when it starts; a VM
+// On a provider.NameLister the listing is filtered when that costs less
+// than listing everything (see filterNext): it lists only the VMs waiting
+// on the poller when it starts, in calls of at most provider.MaxListNames
+// names, so that its size follows the VMs being watched, not the fleet. Its number of calls is fixed when it starts; a VM
 // that comes to wait while it runs is named by one of its calls not yet
 // sent, where that call has room (the last call of 100 names seldom is
 // full), so that it costs no call more and answers sooner. It may answer
@@ -30,8 +30,9 @@ type listing struct {
 	started time.Time
 	done    chan struct{}
 
-	// filtered says the listing is ListNamed calls. Before it starts
-	// (names nil) any VM may join it, and is named by it. As it starts it
+	// filtered says the listing is ListNamed calls, decided as it starts
+	// (filterNext). Before it starts (names nil) any VM may join it, and
+	// is named by it if it is filtered. As it starts it
 	// takes the waiting VMs (reserved) and its room: its calls times
 	// provider.MaxListNames. Each call, as it is sent, moves up to that
 	// many names from reserved to names; a VM that joins while it runs
@@ -47,6 +48,7 @@ type listing struct {
 	// becomes the poller's last.
 	turns  int32 // the account's turns the calls took (their pages, for a RequestPacer)
 	called bool  // a call was made: a filtered listing naming no VM makes none
+	count  int   // unfiltered: the instances it found
 	byVM   map[string][]provider.Observed
 	failed map[string]error // filtered: each VM whose call failed, and its error
 	err    error            // an unfiltered listing's error
@@ -122,6 +124,17 @@ type poller struct {
 	// waiting counts, per VM, the listFor calls waiting on the poller:
 	// the names a filtered listing lists.
 	waiting map[string]int
+	// all is what the newest unfiltered listing that worked cost, for
+	// filterNext (zero before one did).
+	all listCost
+}
+
+// listCost is what an unfiltered listing that started at started cost: the
+// account's turns its calls took and the instances it found.
+type listCost struct {
+	started time.Time
+	turns   int32
+	count   int
 }
 
 // listFor returns vm's instances in loc from a listing that started no
@@ -209,11 +222,41 @@ func (pl *poller) leave(vm string) {
 	}
 }
 
-// newListing returns a listing that has not started, filtered when the
-// provider can filter on names.
+// newListing returns a listing that has not started; whether it is
+// filtered is decided as it starts.
 func (pp *paced) newListing() *listing {
-	_, named := pp.lister.(provider.NameLister)
-	return &listing{done: make(chan struct{}), filtered: named}
+	return &listing{done: make(chan struct{})}
+}
+
+// filterNext reports whether the listing starting now names the VMs
+// waiting (ListNamed) rather than listing the location (List): on a
+// provider.NameLister, when the named calls would cost fewer of the
+// account's turns than listing everything did last time, or (for a
+// provider whose List pages the core cannot see, one that does not pace
+// each request) return fewer instances. A listing of everything answers
+// every VM that comes to wait while it runs, where a filtered one answers
+// only those it names: at the same cost it is the better one. Until an
+// unfiltered listing has worked its cost is unknown, and a listing that
+// needs more than one named call lists everything once to find out; one
+// call is never more than listing everything. The cost is learnt again
+// only when the named calls would cost as much as the last unfiltered
+// listing did: a fleet that grew is listed by name from then on, and so is
+// one that shrank since (at the cost of its names, which follows the VMs
+// watched, not the fleet). pl.mu is held.
+func (pp *paced) filterNext(pl *poller) bool {
+	if _, named := pp.lister.(provider.NameLister); !named {
+		return false
+	}
+	calls := (len(pl.waiting) + provider.MaxListNames - 1) / provider.MaxListNames
+	switch {
+	case calls <= 1:
+		return true
+	case pl.all.started.IsZero():
+		return false
+	case pp.perRequest:
+		return int(pl.all.turns) > calls
+	}
+	return pl.all.count > calls*provider.MaxListNames
 }
 
 // nextListing returns when the poller's next listing may start: now, or one
@@ -261,6 +304,9 @@ func (pp *paced) runListing(pl *poller, l *listing, loc provider.Location, clk c
 	if err := clk.Sleep(context.Background(), l.started.Sub(clk.Now())); err != nil {
 		l.err = err
 	} else {
+		pl.mu.Lock()
+		l.filtered = pp.filterNext(pl)
+		pl.mu.Unlock()
 		var turns atomic.Int32
 		ctx := context.WithValue(withPriority(context.Background()), turnsKey{}, &turns)
 		if l.filtered {
@@ -278,6 +324,9 @@ func (pp *paced) runListing(pl *poller, l *listing, loc provider.Location, clk c
 	}
 	if l.worked() && (pl.last == nil || pl.last.started.Before(l.started)) {
 		pl.last = l
+	}
+	if !l.filtered && l.worked() && pl.all.started.Before(l.started) {
+		pl.all = listCost{l.started, l.turns, l.count}
 	}
 	if n := pl.next; n != nil {
 		pl.next = nil
@@ -298,6 +347,7 @@ func (pp *paced) listAll(ctx context.Context, l *listing, loc provider.Location)
 		return err
 	})
 	if l.err == nil {
+		l.count = len(all)
 		l.byVM = make(map[string][]provider.Observed)
 		for _, o := range all {
 			l.byVM[o.VM] = append(l.byVM[o.VM], o)

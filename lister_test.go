@@ -191,6 +191,17 @@ func newTestPaced(cp provider.CloudProvider, clk clock.Clock) *paced {
 	return pp
 }
 
+// bigFleet has pp's poller of where know that listing everything there
+// costs many calls and instances, as an unfiltered listing would have
+// found in a fleet far larger than the VMs being watched: its listings
+// are filtered from the first (see filterNext).
+func bigFleet(pp *paced, where provider.Location) {
+	pl := pp.poller(where)
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.all = listCost{started: listT0.Add(-time.Hour), turns: 50, count: 50 * 500}
+}
+
 // A VM that starts looking while a filtered listing that does not name it
 // is in flight, fresh enough by time, is not answered by it ("nothing
 // there" would have it created again): it waits for the next listing,
@@ -308,6 +319,7 @@ func TestFilteredListingSplitsLargeSets(t *testing.T) {
 	}}
 	nc.entered, nc.release = make(chan []string), make(chan struct{})
 	pp := newTestPaced(nc, clk)
+	bigFleet(pp, listLoc)
 	ctx := context.Background()
 
 	seed := lookAt(ctx, pp, clk, vms[0], listT0)
@@ -422,6 +434,7 @@ func TestLaunchManyWithFilteredListings(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	bigFleet(p.providers["a"], provider.Location{}) // ListAll: one poller for every location
 
 	const n = provider.MaxListNames + 50
 	reqs := make([]Request, n)
@@ -450,6 +463,9 @@ func TestLaunchManyWithFilteredListings(t *testing.T) {
 	if most > provider.MaxListNames {
 		t.Fatalf("a call named %d VMs, more than MaxListNames (%d)", most, provider.MaxListNames)
 	}
+	if _, lists := nc.calls(); len(named) == 0 || lists != 0 {
+		t.Fatalf("%d ListNamed calls and %d List calls; want the looks filtered", len(named), lists)
+	}
 	t.Logf("%d VMs: %d ListNamed calls, the largest naming %d", n, len(named), most)
 }
 
@@ -472,6 +488,7 @@ func TestFilteredListingTakesLateVMsWhereItHasRoom(t *testing.T) {
 			f, clk := newListCloud(t, append(slices.Clone(vms), "late")...)
 			nc := &namedCloud{Fake: f, entered: make(chan []string), release: make(chan struct{})}
 			pp := newTestPaced(nc, clk)
+			bigFleet(pp, listLoc)
 			ctx := context.Background()
 
 			// A first listing holds the poller, so that every VM waits
@@ -527,5 +544,143 @@ func TestFilteredListingTakesLateVMsWhereItHasRoom(t *testing.T) {
 				t.Fatalf("%d ListNamed calls and %d List calls, want %d and none", len(named), lists, want)
 			}
 		})
+	}
+}
+
+// pacedNamed is a Paced fake (each primitive one request, paced by the
+// core) that filters listings on names, as the sim adapter does.
+type pacedNamed struct{ *pt.Paced }
+
+func (p pacedNamed) ListNamed(ctx context.Context, loc provider.Location, vms []string) ([]provider.Observed, error) {
+	all, err := p.List(ctx, loc)
+	var out []provider.Observed
+	for _, o := range all {
+		if slices.Contains(vms, o.VM) {
+			out = append(out, o)
+		}
+	}
+	return out, err
+}
+
+// A listing names the VMs waiting only when that costs less than listing
+// everything did: fewer of the account's turns on a provider that paces
+// each request (its List pages are turns the core counts), fewer
+// instances on one that does not. One named call never costs more; with
+// more VMs waiting and no unfiltered listing yet, everything is listed
+// once to find out.
+func TestListingFiltersWhereThatCostsLess(t *testing.T) {
+	f, clk := newListCloud(t)
+	for _, tc := range []struct {
+		name     string
+		cp       provider.CloudProvider
+		waiting  int
+		all      listCost // the last unfiltered listing's cost
+		filtered bool
+	}{
+		{"no NameLister", f, 250, listCost{}, false},
+		{"one call", &namedCloud{Fake: f}, provider.MaxListNames, listCost{}, true},
+		{"one call, everything cheap", &namedCloud{Fake: f}, 1, listCost{listT0, 1, 1}, true},
+		{"two calls, cost unknown", &namedCloud{Fake: f}, provider.MaxListNames + 1, listCost{}, false},
+		{"instances within the calls' room", &namedCloud{Fake: f}, 150, listCost{listT0, 1, 2 * provider.MaxListNames}, false},
+		{"instances beyond the calls' room", &namedCloud{Fake: f}, 150, listCost{listT0, 1, 2*provider.MaxListNames + 1}, true},
+		{"paced: pages as many as calls", pacedNamed{pt.NewPaced(f)}, 150, listCost{listT0, 2, 1000}, false},
+		{"paced: more pages than calls", pacedNamed{pt.NewPaced(f)}, 150, listCost{listT0, 3, 1000}, true},
+		{"paced: three calls, three pages", pacedNamed{pt.NewPaced(f)}, 250, listCost{listT0, 3, 1500}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pp := newTestPaced(tc.cp, clk)
+			pp.start(clk, nil, nil) // a RequestPacer is told to use the core's pacer
+			pl := pp.poller(listLoc)
+			pl.mu.Lock()
+			defer pl.mu.Unlock()
+			for i := range tc.waiting {
+				pl.waiting[fmt.Sprintf("vm-%03d", i)] = 1
+			}
+			pl.all = tc.all
+			if got := pp.filterNext(pl); got != tc.filtered {
+				t.Fatalf("filterNext = %v, want %v", got, tc.filtered)
+			}
+		})
+	}
+}
+
+// With more VMs waiting than one call names and a small fleet, a listing
+// lists everything (one List call) and answers every VM waiting; once a
+// listing of everything has found more instances than the named calls
+// would return, the next listing names the VMs.
+func TestListingLearnsWhatListingEverythingCosts(t *testing.T) {
+	const n = provider.MaxListNames + 50
+	var vms []string
+	for i := range n {
+		vms = append(vms, fmt.Sprintf("vm-%03d", i))
+	}
+	f, clk := newListCloud(t, vms...)
+	stop := clk.AutoAdvance()
+	defer stop()
+	nc := &namedCloud{Fake: f, entered: make(chan []string), release: make(chan struct{})}
+	pp := newTestPaced(nc, clk)
+	ctx := context.Background()
+
+	// round has every VM look while a one-VM look (one named call) holds
+	// the poller, so that one listing serves them all, and returns the
+	// calls that listing made.
+	round := func() (named [][]string, lists int) {
+		t.Helper()
+		named0, lists0 := nc.calls()
+		fresh := clk.Now().Add(time.Nanosecond) // newer than the last listing
+		seed := lookAt(ctx, pp, clk, vms[0], fresh)
+		recv(t, nc.entered, "the seed's ListNamed call")
+		var looks []<-chan look
+		for _, vm := range vms {
+			looks = append(looks, lookAt(ctx, pp, clk, vm, fresh.Add(time.Nanosecond)))
+		}
+		waitWaiting(t, pp, n+1)
+		letThrough(t, nc)
+		done, exited := make(chan struct{}), make(chan struct{})
+		defer func() { close(done); <-exited }()
+		go func() { // the listing's own ListNamed calls, if any, go through
+			defer close(exited)
+			for {
+				select {
+				case <-nc.entered:
+					nc.release <- struct{}{}
+				case <-done:
+					return
+				}
+			}
+		}()
+		wantInstance(t, recv(t, seed, "the seed's look"))
+		for i, ch := range looks {
+			wantInstance(t, recv(t, ch, vms[i]+"'s look"))
+		}
+		named1, lists1 := nc.calls()
+		return named1[len(named0)+1:], lists1 - lists0
+	}
+
+	if named, lists := round(); len(named) != 0 || lists != 1 {
+		t.Fatalf("first round: %d ListNamed calls and %d List calls besides the seed's; want everything listed once", len(named), lists)
+	}
+	// The fleet grows beyond what two named calls return.
+	for i := range 2 * provider.MaxListNames {
+		o := f.Offers[0]
+		if _, err := f.Create(ctx, &o, nil, &provider.InstanceSpec{VM: fmt.Sprintf("other-%03d", i), Installation: "inst", Attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The cost known (150 instances) is still within two calls' room: the
+	// next listing lists everything, and finds the fleet grown.
+	if named, lists := round(); len(named) != 0 || lists != 1 {
+		t.Fatalf("second round: %d ListNamed calls and %d List calls; want everything listed once", len(named), lists)
+	}
+	named, lists := round()
+	if lists != 0 || len(named) != 2 {
+		t.Fatalf("third round: %d ListNamed calls and %d List calls; want the %d VMs named in 2 calls", len(named), lists, n)
+	}
+	// (vms[0]'s second look may have been answered by the seed's listing.)
+	got := slices.Concat(named...)
+	for _, vm := range vms[1:] {
+		if !slices.Contains(got, vm) {
+			t.Fatalf("the named calls (%d names) do not name %s, which waited", len(got), vm)
+		}
 	}
 }
