@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -183,9 +184,11 @@ func TestFleetSurvivesReplicaDeath(t *testing.T) {
 	// look goes on: b's drivers cut off meanwhile leave their VMs leased,
 	// for Recover, like a crash.
 	var orphaned []string
+	var killedAt int64 // the journal's last event when b was seen driving them, its power off
 	for deadline := time.Now().Add(10 * time.Second); len(orphaned) == 0 && time.Now().Before(deadline); {
 		if len(drivenBy(t, b.db, b.fl)) > 0 {
 			b.sw.Store(true)
+			killedAt = lastSeq(t, b.db)
 			if orphaned = drivenBy(t, b.db, b.fl); len(orphaned) > 0 {
 				break
 			}
@@ -196,7 +199,11 @@ func TestFleetSurvivesReplicaDeath(t *testing.T) {
 	b.sw.Store(true)
 	b.cancel()
 	<-b.done
-	orphaned = drivenBy(t, b.db, b.fl) // as the kill left them
+	// As the kill left them: a write of b's in flight as the power went off
+	// may still have ended one. (Reading b's leases again instead would race
+	// a's Recover, which takes them over once they expire, while b's
+	// drivers wind down.)
+	orphaned = stillDriven(t, b.db, b.fl, orphaned, killedAt)
 	t.Logf("preempted %v, then killed replica-b while it drove %v", hit, orphaned)
 	waitHeld(t, a.db, srv, n, 30*time.Second, "after preemptions and a replica's death")
 	if len(orphaned) == 0 {
@@ -247,6 +254,41 @@ func TestFleetSurvivesReplicaDeath(t *testing.T) {
 }
 
 // drivenBy returns the active VMs whose lease a replica's Provisioners hold.
+// lastSeq is the Seq of the journal's newest event.
+func lastSeq(t *testing.T, j journal.Journal) int64 {
+	t.Helper()
+	evs, err := j.Events(context.Background(), journal.EventQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) == 0 {
+		return 0
+	}
+	return evs[len(evs)-1].Seq
+}
+
+// stillDriven is vms less those that fl's owners ended (ready, failed,
+// deleted) in an event after seq.
+func stillDriven(t *testing.T, j journal.Journal, fl *Fleet, vms []string, seq int64) []string {
+	t.Helper()
+	driver, rec := fl.Owners()
+	var out []string
+	for _, vm := range vms {
+		evs, err := j.Events(context.Background(), journal.EventQuery{VM: vm, After: seq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended := slices.ContainsFunc(evs, func(e journal.Event) bool {
+			return (e.Owner == driver || e.Owner == rec) &&
+				(e.Type == gpuprov.EvReady || e.Type == gpuprov.EvFailed || e.Type == gpuprov.EvDeleted)
+		})
+		if !ended {
+			out = append(out, vm)
+		}
+	}
+	return out
+}
+
 func drivenBy(t *testing.T, j journal.Journal, fl *Fleet) []string {
 	t.Helper()
 	vms, err := j.ListVMs(context.Background(), journal.ListOptions{States: []journal.VMState{
