@@ -174,12 +174,18 @@ func (d *driver) newHostKey(pp *paced, a *journal.Attempt) error {
 	return nil
 }
 
-// create sends the create, resolving every ambiguous outcome by observing:
-// a retried or resumed create first looks for what landed (waiting out the
-// cloud's listing lag) and adopts it; only when nothing is there is the
-// create sent again, with the same idempotency token.
+// create sends the create and resolves every ambiguous outcome. A resumed
+// create, and a retried one on a cloud without idempotency tokens, first
+// looks for what landed (waiting out the cloud's listing lag) and adopts
+// it; only when nothing is there is the create sent again. A retried
+// create on a cloud that honours the token (the feature
+// provider.FeatureIdempotencyToken) is sent again at once with the same
+// token: the cloud answers the replay with the instance the first one made,
+// if it landed, so that a 5xx costs a backoff, not the listing lag. Every
+// resend is journaled (its send time) before it goes out.
 func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *journal.Attempt, resumed bool) error {
 	observeFirst := resumed
+	replay := pp.caps.Supports(provider.FeatureIdempotencyToken) && a.Token != ""
 	sharedGone := 0
 	var last error // the last create's error, for an end that cuts the retries short
 	withLast := func(err error) error {
@@ -203,9 +209,17 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 					return err
 				}
 			}
+		}
+		if observeFirst || n > 0 {
+			// The listing lag of a teardown, or of a Recover after a
+			// crash, counts from this send.
+			why := "resend after observing nothing"
+			if !observeFirst {
+				why = "resend with the same token"
+			}
 			a.CreateSent = d.now()
 			if err := d.commit(ctx, &journal.Step{Attempts: []journal.Attempt{*a},
-				Events: []journal.Event{d.event(EvCreateSent, a, "resend after observing nothing; token "+a.Token)}}); err != nil {
+				Events: []journal.Event{d.event(EvCreateSent, a, why+"; token "+a.Token)}}); err != nil {
 				return err
 			}
 		}
@@ -268,7 +282,7 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 		if err := d.backoff(ctx, a, "create", n, err); err != nil {
 			return err
 		}
-		observeFirst = true
+		observeFirst = !replay
 	}
 }
 

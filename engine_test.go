@@ -133,8 +133,10 @@ func TestPolicy(t *testing.T) {
 		// create
 		{"create transient retried", []*pt.Rule{{Op: pt.OpCreate, Err: pe(provider.Transient, "timeout"), Times: 1}},
 			want{state: journal.StateReady, provider: "a", zone: "us-east-1a", creates: 2}},
-		{"create lost response adopted", []*pt.Rule{{Op: pt.OpCreate, Err: pe(provider.Transient, "response lost"), Times: 1, Land: true}},
-			want{state: journal.StateReady, provider: "a", zone: "us-east-1a", creates: 1}},
+		// The fake honours tokens: the replay is answered with the
+		// instance that landed (one instance, checked by assertClean).
+		{"create lost response replayed with its token", []*pt.Rule{{Op: pt.OpCreate, Err: pe(provider.Transient, "response lost"), Times: 1, Land: true}},
+			want{state: journal.StateReady, provider: "a", zone: "us-east-1a", creates: 2}},
 		{"create capacity next offer", []*pt.Rule{{Op: pt.OpCreate, Match: firstOffer, Err: pe(provider.Capacity, "InsufficientInstanceCapacity")}},
 			want{state: journal.StateReady, provider: "a", zone: "us-east-1b", blocks: []string{"offer:a|us-east|us-east-1a|h100.1|od"}, creates: 2}},
 		{"create capacity with zone scope", []*pt.Rule{{Op: pt.OpCreate, Match: firstOffer,
@@ -506,5 +508,47 @@ func TestSweepNoGrace(t *testing.T) {
 	orphans, err = e.p.Sweep(context.Background(), gpuprov.SweepOptions{Grace: gpuprov.NoGrace})
 	if err != nil || len(orphans) != 1 || orphans[0].VM != "young" {
 		t.Fatalf("NoGrace: a one-second-old orphan must be reported: %v %+v", err, orphans)
+	}
+}
+
+// A create whose answer was lost (it landed) is sent again at once with
+// the same token on a cloud that honours tokens, and the cloud's answer to
+// the replay is the instance that landed: no wait for the listing lag.
+// Without tokens the core only observes, until the instance shows in the
+// listing, and adopts it. Either way one machine.
+func TestLostCreateIsReplayedWithItsTokenOrObserved(t *testing.T) {
+	for _, tokens := range []bool{true, false} {
+		t.Run(fmt.Sprintf("tokens=%v", tokens), func(t *testing.T) {
+			e := newEnv(t)
+			a := e.fake("a")
+			a.Idempotent = tokens
+			a.ListLag, a.Caps.ConsistencyWindow = 20*time.Second, 25*time.Second
+			e.p = e.provisioner(e.j) // the capabilities are read as it is built
+			a.Script(&pt.Rule{Op: pt.OpCreate, Err: pe(provider.Transient, "response lost"), Times: 1, Land: true})
+			start := e.clk.Now()
+			if _, err := e.p.Launch(context.Background(), h100("vm")); err != nil {
+				t.Fatal(err)
+			}
+			e.assertClean("vm")
+			var took time.Duration // launch → the instance journaled
+			e.mu.Lock()
+			for _, ev := range e.events {
+				if ev.VM == "vm" && (ev.Type == gpuprov.EvCreated || ev.Type == gpuprov.EvAdopted) {
+					took = ev.Time.Sub(start)
+				}
+			}
+			e.mu.Unlock()
+			adopted := slices.Contains(e.eventTypes("vm"), gpuprov.EvAdopted)
+			creates := len(a.Calls(pt.OpCreate))
+			if tokens {
+				if creates != 2 || adopted || took >= a.ListLag {
+					t.Fatalf("%d creates, adopted %v, instance known after %v; want the create replayed at once (2 creates, no adoption, before the %v lag)", creates, adopted, took, a.ListLag)
+				}
+				return
+			}
+			if creates != 1 || !adopted || took < a.ListLag {
+				t.Fatalf("%d creates, adopted %v, instance known after %v; want the instance observed and adopted after the %v lag, no resend", creates, adopted, took, a.ListLag)
+			}
+		})
 	}
 }

@@ -13,7 +13,9 @@ import (
 //	kind            for                                        the core
 //	Failed          anything else after resources may exist    tears down, blocks the offer, next offer
 //	Transient       throttling, 5xx, timeouts, resets          retries the step with backoff; a retried
-//	                                                           Create observes first and adopts what landed
+//	                                                           Create is replayed with its token, or, on a
+//	                                                           cloud without tokens, observes first and
+//	                                                           adopts what landed
 //	Capacity        stockouts                                  tears down, blocks the offer, next offer
 //	Quota           account limits                             tears down, blocks the region, next offer
 //	Unavailable     not viable here, nothing was created       blocks the offer, no teardown

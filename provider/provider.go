@@ -404,11 +404,18 @@ type Observed struct {
 type Feature string
 
 const (
-	FeatureSpot             Feature = "spot"
-	FeatureUserData         Feature = "user-data"         // cloud-init: host key injection
-	FeatureIdempotencyToken Feature = "idempotency-token" // create can be replayed safely
-	FeatureFirewall         Feature = "per-vm-firewall"   // OpenPorts is honoured
-	FeatureZones            Feature = "zones"             // locations have zones
+	FeatureSpot     Feature = "spot"
+	FeatureUserData Feature = "user-data" // cloud-init: host key injection
+	// FeatureIdempotencyToken: a Create sent again with the same
+	// InstanceSpec (its IdempotencyToken, or a name derived from it) is
+	// answered with the instance the first one made, if it landed, and
+	// never makes a second. The core then sends a create whose answer may
+	// have been lost again at once, instead of observing for the
+	// ConsistencyWindow first. An adapter that cannot promise it lists the
+	// feature as unsupported.
+	FeatureIdempotencyToken Feature = "idempotency-token"
+	FeatureFirewall         Feature = "per-vm-firewall" // OpenPorts is honoured
+	FeatureZones            Feature = "zones"           // locations have zones
 )
 
 // Capabilities says what a cloud cannot do and how the core paces it. Zero

@@ -32,8 +32,9 @@ func newDemoCmd(e *env) *cobra.Command {
 		Use:   "demo",
 		Short: "Provision a 2-node GPU cluster on a simulated cloud, in one command",
 		Long: `Run the whole pipeline against two simulated clouds started in this process:
-plan across both, fail over from a stocked-out offer, adopt an instance whose
-create answer was lost, boot, SSH with a pinned host key, bootstrap over SSH,
+plan across both, fail over from a stocked-out offer, send a create whose
+answer was lost again with its idempotency token (the cloud answers with the
+instance that landed, not a second one), boot, SSH with a pinned host key, bootstrap over SSH,
 form a (simulated) k3s cluster, check health, tear everything down and prove
 that nothing is left running. No account, no credentials, no network.`,
 		Args: cobra.NoArgs,
@@ -82,8 +83,9 @@ func defaultDemoOptions() demoOptions {
 type demoSummary struct {
 	Nodes        []demoNode
 	Stockout     string   // the offer stocked out on purpose: cloud/offer-id
-	Adopted      []string // VMs with an adopted instance
+	Recovered    []string // VMs whose lost create answer was recovered: replayed with its token, or observed and adopted
 	LostCreates  int      // creates whose answer the sim lost
+	Replays      int      // creates the sim answered as replays of an earlier one (same token)
 	ClusterURL   string
 	ServerNode   string
 	LeftRunning  int // instances not terminated after teardown, per the sim
@@ -147,7 +149,7 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 	sum := &demoSummary{Stockout: cloud + "/" + offer}
 	say("simulated clouds %v serving at %s", srv.Clouds(), srv.URL())
 	say("fault injected: the cheapest %s offer (%s on %s) is out of capacity, so gpuprov must fail over", gpu, offer, cloud)
-	say("fault injected: the answer to the first create that lands is lost, so gpuprov must find the instance and adopt it")
+	say("fault injected: the answer to the first create that lands is lost, so gpuprov must send it again with the same idempotency token and get the instance that landed, not a second one")
 
 	j, err := journal.Open(ctx, "sqlite:"+filepath.Join(dir, "journal.db"))
 	if err != nil {
@@ -213,7 +215,7 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 		showNodes(ctx, p, key, cl.Server, say)
 		sum.Nodes, sum.HealthyNodes = inspect(ctx, p, cl, say)
 	}
-	sum.Adopted = nar.adopted()
+	sum.Recovered = nar.recovered()
 
 	say("tearing everything down")
 	teardown(context.WithoutCancel(ctx), p, say)
@@ -234,6 +236,7 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 		sum.LeftSideRes += len(res.Firewalls) + len(res.SSHKeys)
 		st, _ := srv.Stats(c) // the cloud exists: Stats cannot fail
 		sum.LostCreates += st.LostCreates
+		sum.Replays += st.IdempotentReplays
 	}
 	sum.Elapsed = time.Since(start)
 	if lerr != nil {
@@ -345,21 +348,36 @@ func (b demoBootstrapper) Bootstrap(ctx context.Context, n gpuprov.Node, c gpupr
 	return nil
 }
 
-// narrator prints events for a newcomer and remembers adoptions.
+// narrator prints events for a newcomer and remembers the VMs whose lost
+// create answer was recovered (a create sent again with its token, then
+// the instance; or an instance adopted).
 type narrator struct {
 	say func(string, ...any)
 
-	mu    sync.Mutex
-	adopt []string
+	mu     sync.Mutex
+	resent map[string]bool
+	got    []string
 }
 
 func (n *narrator) sink(e gpuprov.Event) {
 	switch e.Type {
 	case gpuprov.EvPlan, gpuprov.EvHostKeyPinned, gpuprov.EvDeleting:
 		return // said otherwise, or noise
-	case gpuprov.EvAdopted:
+	case gpuprov.EvCreateSent:
+		if strings.HasPrefix(e.Message, resendWithToken) {
+			n.mu.Lock()
+			if n.resent == nil {
+				n.resent = map[string]bool{}
+			}
+			n.resent[e.VM] = true
+			n.mu.Unlock()
+		}
+	case gpuprov.EvCreated, gpuprov.EvAdopted:
 		n.mu.Lock()
-		n.adopt = append(n.adopt, e.VM)
+		if e.Type == gpuprov.EvAdopted || n.resent[e.VM] {
+			n.got = append(n.got, e.VM)
+			delete(n.resent, e.VM)
+		}
 		n.mu.Unlock()
 	}
 	vm := e.VM
@@ -369,10 +387,10 @@ func (n *narrator) sink(e gpuprov.Event) {
 	n.say("%-7s %s", vm, describe(e))
 }
 
-func (n *narrator) adopted() []string {
+func (n *narrator) recovered() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return append([]string(nil), n.adopt...)
+	return append([]string(nil), n.got...)
 }
 
 // showNodes runs `k3s kubectl get nodes` on the server over SSH with the
@@ -470,8 +488,8 @@ func printSummary(w io.Writer, s *demoSummary) {
 			fmt.Fprintf(w, "  failover: %s needed %d attempts (%s was stocked out)\n", n.Name, n.Attempts, s.Stockout)
 		}
 	}
-	for _, v := range s.Adopted {
-		fmt.Fprintf(w, "  adoption: %s's create answer was lost; its instance was found by its labels and adopted, not duplicated\n", v)
+	for _, v := range s.Recovered {
+		fmt.Fprintf(w, "  lost answer: %s's create answer was lost; sent again with the same idempotency token, it was answered with the instance that landed: no duplicate\n", v)
 	}
 	fmt.Fprintf(w, "  cluster: k3s (simulated) with server %s at %s\n", s.ServerNode, s.ClusterURL)
 	fmt.Fprintf(w, "  %d instances left running, %d side resources left (checked against the simulated clouds)\n", s.LeftRunning, s.LeftSideRes)

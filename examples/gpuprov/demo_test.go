@@ -54,8 +54,8 @@ func TestDemo(t *testing.T) {
 	if !failover {
 		t.Errorf("no node needed a second attempt; the stocked-out offer was not tried first\n%s", out.String())
 	}
-	if len(sum.Adopted) != 1 || sum.LostCreates != 1 {
-		t.Errorf("adopted %v after %d lost creates; want exactly one of each\n%s", sum.Adopted, sum.LostCreates, out.String())
+	if len(sum.Recovered) != 1 || sum.LostCreates != 1 || sum.Replays != 1 {
+		t.Errorf("recovered %v after %d lost creates and %d replays; want exactly one of each\n%s", sum.Recovered, sum.LostCreates, sum.Replays, out.String())
 	}
 	if sum.ServerNode == "" || !strings.HasPrefix(sum.ClusterURL, "https://") {
 		t.Errorf("no cluster: server %q url %q", sum.ServerNode, sum.ClusterURL)
@@ -63,7 +63,7 @@ func TestDemo(t *testing.T) {
 	if sum.LeftRunning != 0 || sum.LeftSideRes != 0 {
 		t.Errorf("left %d instances and %d side resources, want none", sum.LeftRunning, sum.LeftSideRes)
 	}
-	for _, want := range []string{"SIMULATED", "0 instances left running", "adopted", "stocked out"} {
+	for _, want := range []string{"SIMULATED", "0 instances left running", "same idempotency token", "stocked out"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}

@@ -51,6 +51,11 @@ type vmStatus struct {
 
 // waitingRE reads the engine's waiting event: "waiting for capacity: <what
 // is blocked>, next try at <RFC3339>: <why>".
+// resendWithToken begins the message of the create-sent event of a create
+// sent again with its idempotency token after its answer was lost (the
+// demo's test fails if it stops matching).
+const resendWithToken = "resend with the same token"
+
 var waitingRE = regexp.MustCompile(`^waiting for capacity: (.*), next try at (\S+): `)
 
 func newProgress(w io.Writer, tty bool) *progress {
@@ -278,6 +283,9 @@ func describe(e gpuprov.Event) string {
 	case gpuprov.EvRetry:
 		return "transient error, retrying: " + msg
 	case gpuprov.EvCreateSent:
+		if strings.HasPrefix(e.Message, resendWithToken) {
+			return "create request sent again to " + where + " with the same idempotency token: the cloud answers a replay with what the first one made"
+		}
 		return "create request sent to " + where
 	case gpuprov.EvCreated:
 		return "instance " + e.InstanceID + " created"

@@ -209,7 +209,7 @@ func TestStatusMapping(t *testing.T) {
 // write reports an error after the answer came; seen against moto as "read
 // tcp ...: use of closed network connection"). The call may have landed,
 // like a lost answer: Transient, which the core retries (Prepare and Cleanup
-// are idempotent; a retried Create observes first), never Failed, which
+// are idempotent; a retried Create is replayed with its ClientToken), never Failed, which
 // would block the offer and fail over for nothing.
 func TestClassifyAnAnswerCutShort(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

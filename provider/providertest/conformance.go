@@ -28,13 +28,18 @@ type Harness struct {
 	// Break makes instance id broken in the mock (boot failure, host
 	// error). Optional: without it the broken-instance check is skipped.
 	Break func(t *testing.T, id string)
+	// NoReplay, when set, says why the mock cannot answer a replayed
+	// create as the cloud does (a reference emulator that ignores the
+	// idempotency token): the replay check is skipped with that reason.
+	NoReplay string
 }
 
 // Run checks the parts of the provider contract that hold for every cloud:
 // Plan is sorted, canonical and filtered; Prepare and Cleanup are
 // idempotent; Create labels the instance so Observe finds it by identity;
-// Delete of an unknown or already deleted id is success; Observe of an
-// unknown VM is empty; BindInstallation accepts the installation the
+// Delete of an unknown or already deleted id is success; a Create replayed
+// with the same spec is answered with the first one's instance where
+// FeatureIdempotencyToken is supported; Observe of an unknown VM is empty; BindInstallation accepts the installation the
 // provider was built with and refuses another; a broken instance is reported Failed, not hidden; a
 // Lister lists what Observe sees.
 func Run(t *testing.T, h Harness) {
@@ -177,6 +182,45 @@ func Run(t *testing.T, h Harness) {
 		}
 		if err := p.Cleanup(ctx, o.Location, s.VM); err != nil {
 			t.Fatalf("Cleanup: %v", err)
+		}
+	})
+
+	t.Run("a replayed create is answered with the first one's instance", func(t *testing.T) {
+		if h.NoReplay != "" {
+			t.Skip(h.NoReplay)
+		}
+		p := h.New(t)
+		if !p.Capabilities().Supports(provider.FeatureIdempotencyToken) {
+			t.Skip("FeatureIdempotencyToken is unsupported: the core observes before it sends a create again")
+		}
+		// The core sends a create whose answer was lost again at once,
+		// with the same spec (see provider.FeatureIdempotencyToken).
+		o := plan(t, p)
+		s := spec("conf-replay")
+		prepared, err := p.Prepare(ctx, &o, s)
+		if err != nil {
+			t.Fatalf("Prepare: %v", err)
+		}
+		first, err := p.Create(ctx, &o, prepared, s)
+		if err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		again, err := p.Create(ctx, &o, prepared, s)
+		if err != nil || again != first {
+			t.Fatalf("the replayed Create: %q, %v; want the first create's instance %s", again, err, first)
+		}
+		settle(t)
+		var live []string
+		for _, x := range observe(t, p, o.Location, s.VM) {
+			if x.Status != provider.StatusStopping && x.Status != provider.StatusTerminated {
+				live = append(live, x.ID)
+			}
+		}
+		if !slices.Equal(live, []string{first}) {
+			t.Fatalf("after a replayed create the VM has instances %v, want only %s", live, first)
+		}
+		if err := p.Delete(ctx, o.Location, s.VM, []string{first}); err != nil {
+			t.Fatalf("Delete: %v", err)
 		}
 	})
 

@@ -229,8 +229,16 @@ func (f *Fake) log(c Call) {
 // Name implements provider.CloudProvider.
 func (f *Fake) Name() string { return f.NameID }
 
-// Capabilities implements provider.CloudProvider.
-func (f *Fake) Capabilities() provider.Capabilities { return f.Caps }
+// Capabilities implements provider.CloudProvider: Caps, with
+// FeatureIdempotencyToken unsupported when the Fake does not honour tokens
+// (Idempotent false).
+func (f *Fake) Capabilities() provider.Capabilities {
+	c := f.Caps
+	if !f.Idempotent && c.Supports(provider.FeatureIdempotencyToken) {
+		c.Unsupported = append(slices.Clip(c.Unsupported), provider.FeatureIdempotencyToken)
+	}
+	return c
+}
 
 // Plan implements provider.CloudProvider.
 func (f *Fake) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provider.Offer, error) {

@@ -160,6 +160,12 @@ func TestEngineThroughEveryFault(t *testing.T) {
 			}
 		}
 	}
+	replayed := both(stat("idempotent replays", func(s simserver.Stats) int { return s.IdempotentReplays }),
+		func(t *testing.T, e *engineEnv, vm *gpuprov.VM, err error) {
+			if e.has("vm", gpuprov.EvAdopted) {
+				t.Fatal("adopted: the lost create was looked for instead of replayed")
+			}
+		})
 	cases := []struct {
 		name   string
 		faults simserver.Faults
@@ -176,12 +182,18 @@ func TestEngineThroughEveryFault(t *testing.T) {
 			sim.Config{}, both(ready("us-east"), stat("5xx", func(s simserver.Stats) int { return s.Errors["internal"] + s.Errors["unavailable"] }))},
 		{"timeouts: retried, creates observed first", simserver.Faults{TimeoutRate: 0.3, TimeoutHold: simserver.Duration(time.Minute)},
 			sim.Config{RequestTimeout: 200 * time.Millisecond}, both(ready("us-east"), stat("timeouts", func(s simserver.Stats) int { return s.Timeouts }))},
-		{"lost create response: adopted, not duplicated", simserver.Faults{LostCreateRate: 1},
-			sim.Config{}, both(ready("us-east"), event(gpuprov.EvAdopted))},
-		{"lost create behind listing lag: adopted after the lag", simserver.Faults{LostCreateRate: 1, ListingLag: simserver.Duration(6 * time.Second)},
-			sim.Config{ConsistencyWindow: 10 * time.Second}, both(ready("us-east"), event(gpuprov.EvAdopted))},
-		{"lost create, idempotency token ignored, listing lag: still one machine", simserver.Faults{LostCreateRate: 1, ListingLag: simserver.Duration(4 * time.Second)},
-			sim.Config{NoIdempotencyToken: true, ConsistencyWindow: 10 * time.Second}, ready("us-east")},
+		// A lost answer to a create is replayed with the same token at
+		// once, listing lag or not: the sim answers the replay with the
+		// instance the first create made.
+		{"lost create response: replayed with its token, not duplicated", simserver.Faults{LostCreateRate: 1},
+			sim.Config{}, both(ready("us-east"), replayed)},
+		{"lost create behind listing lag: replayed with its token, not duplicated", simserver.Faults{LostCreateRate: 1, ListingLag: simserver.Duration(6 * time.Second)},
+			sim.Config{ConsistencyWindow: 10 * time.Second}, both(ready("us-east"), replayed)},
+		// Without tokens, only observing tells.
+		{"lost create, no tokens: adopted", simserver.Faults{LostCreateRate: 1},
+			sim.Config{NoIdempotencyToken: true}, both(ready("us-east"), event(gpuprov.EvAdopted))},
+		{"lost create, no tokens, listing lag: adopted after the lag", simserver.Faults{LostCreateRate: 1, ListingLag: simserver.Duration(4 * time.Second)},
+			sim.Config{NoIdempotencyToken: true, ConsistencyWindow: 10 * time.Second}, both(ready("us-east"), event(gpuprov.EvAdopted))},
 		{"boot failure: torn down, next offer", simserver.Faults{BootFailOffers: []string{"a-h100x1-use1a"}},
 			sim.Config{}, both(ready("eu-west"), event(gpuprov.EvTornDown))},
 		{"insufficient funds: provider blocked, launch fails clean", simserver.Faults{InsufficientFunds: true},
