@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/org/gpuprov"
@@ -49,6 +50,7 @@ type s1Result struct {
 	Cfg          s1Config
 	Wall         time.Duration // LaunchMany start → every VM ended
 	LastReady    time.Duration // start → the last ready event
+	Slowest      string        // the last VM to be ready: its journaled events, timed from the start
 	Ready        int
 	Failed       int
 	FailedThrott int            // failed VMs whose error mentions throttling
@@ -117,7 +119,18 @@ func runS1(ctx context.Context, cfg s1Config) (*s1Result, error) {
 		return nil, err
 	}
 	// No authorized keys and no injected host keys: SSH is off in S1.
-	p, err := gpuprov.New(j, gpuprov.WithProvider(adapters...), gpuprov.WithSSH("root", nil, false))
+	// Every VM's events as they happen (retries included, which are not
+	// journaled), for the slowest VM's timeline. Their times keep the
+	// monotonic clock's reading: the journal's do not, and this machine's
+	// wall clock is stepped now and then.
+	var eventsMu sync.Mutex
+	events := map[string][]gpuprov.Event{}
+	sink := gpuprov.WithEvents(func(e gpuprov.Event) {
+		eventsMu.Lock()
+		events[e.VM] = append(events[e.VM], e)
+		eventsMu.Unlock()
+	})
+	p, err := gpuprov.New(j, gpuprov.WithProvider(adapters...), gpuprov.WithSSH("root", nil, false), sink)
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +168,17 @@ func runS1(ctx context.Context, cfg s1Config) (*s1Result, error) {
 			res.Ready++
 			res.LastReady = max(res.LastReady, r.VM.ReadyAt.Sub(start))
 		}
+	}
+	var last *gpuprov.VM
+	for _, r := range out {
+		if r.Err == nil && r.VM != nil && (last == nil || r.VM.ReadyAt.After(last.ReadyAt)) {
+			last = r.VM
+		}
+	}
+	if last != nil {
+		eventsMu.Lock()
+		res.Slowest = timeline(last.Name, events[last.Name], start)
+		eventsMu.Unlock()
 	}
 	ready := map[string]bool{}
 	for _, r := range out {
@@ -207,6 +231,21 @@ func runS1(ctx context.Context, cfg s1Config) (*s1Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// timeline is vm's events (in the order they were handed to the sinks),
+// each timed from start: what the last VM to be ready waited for.
+func timeline(vm string, evs []gpuprov.Event, start time.Time) string {
+	var b strings.Builder
+	b.WriteString(vm + ":")
+	for _, e := range evs {
+		fmt.Fprintf(&b, " %s", e.Type)
+		if e.ErrorKind != "" {
+			fmt.Fprintf(&b, "(%s)", e.ErrorKind)
+		}
+		fmt.Fprintf(&b, " %.2fs,", e.Time.Sub(start).Seconds())
+	}
+	return strings.TrimSuffix(b.String(), ",")
 }
 
 // dirSize is the size of the files in dir.
@@ -270,6 +309,9 @@ func (r *s1Result) Report() string {
 	}
 	fmt.Fprintf(&b, "  wall to all ready %.2fs (last ready at %.2fs); floor (creates/rate + boot) %.2fs → ratio %.2f (target ≤ 1.30)\n",
 		r.Wall.Seconds(), r.LastReady.Seconds(), r.FloorLead().Seconds(), r.Wall.Seconds()/r.FloorLead().Seconds())
+	if r.Slowest != "" {
+		fmt.Fprintf(&b, "  the last ready: %s\n", r.Slowest)
+	}
 	fmt.Fprintf(&b, "  floor of the calls made (%v; the busiest account's at its rate, + boot) %.2fs → ratio %.2f\n",
 		r.CloudCalls, r.FloorCalls().Seconds(), r.Wall.Seconds()/r.FloorCalls().Seconds())
 	fmt.Fprintf(&b, "  API calls per VM %.2f, beyond the create %.2f (target ≤ 1.2); creates landed %d (%.2f/VM), 429s %d, injected 5xx %d, lost creates %d\n",
