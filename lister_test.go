@@ -57,16 +57,27 @@ func (nc *namedCloud) ListNamed(ctx context.Context, loc provider.Location, vms 
 		}
 	}
 	all, err := nc.Fake.List(ctx, loc)
-	if err != nil {
-		return nil, err
-	}
+	return onlyNamed(all, vms), err
+}
+
+// onlyNamed is obs less the instances of VMs not in vms.
+func onlyNamed(obs []provider.Observed, vms []string) []provider.Observed {
 	var out []provider.Observed
-	for _, o := range all {
+	for _, o := range obs {
 		if slices.Contains(vms, o.VM) {
 			out = append(out, o)
 		}
 	}
-	return out, nil
+	return out
+}
+
+// vmNames returns n VM names, vm-000 up.
+func vmNames(n int) []string {
+	vms := make([]string, n)
+	for i := range vms {
+		vms[i] = fmt.Sprintf("vm-%03d", i)
+	}
+	return vms
 }
 
 // calls returns the names of each ListNamed call so far, and the number
@@ -303,10 +314,7 @@ func TestFilteredListingNamesTheVMsWaiting(t *testing.T) {
 // a call that fails fails the looks of its own VMs only.
 func TestFilteredListingSplitsLargeSets(t *testing.T) {
 	const n = 2*provider.MaxListNames + 50
-	var vms []string
-	for i := range n {
-		vms = append(vms, fmt.Sprintf("vm-%03d", i))
-	}
+	vms := vmNames(n)
 	f, clk := newListCloud(t, vms...)
 	stop := clk.AutoAdvance()
 	defer stop()
@@ -481,10 +489,7 @@ func TestFilteredListingTakesLateVMsWhereItHasRoom(t *testing.T) {
 		{2 * provider.MaxListNames, false},
 	} {
 		t.Run(fmt.Sprint(tc.waiting), func(t *testing.T) {
-			var vms []string
-			for i := range tc.waiting {
-				vms = append(vms, fmt.Sprintf("vm-%03d", i))
-			}
+			vms := vmNames(tc.waiting)
 			f, clk := newListCloud(t, append(slices.Clone(vms), "late")...)
 			nc := &namedCloud{Fake: f, entered: make(chan []string), release: make(chan struct{})}
 			pp := newTestPaced(nc, clk)
@@ -553,13 +558,7 @@ type pacedNamed struct{ *pt.Paced }
 
 func (p pacedNamed) ListNamed(ctx context.Context, loc provider.Location, vms []string) ([]provider.Observed, error) {
 	all, err := p.List(ctx, loc)
-	var out []provider.Observed
-	for _, o := range all {
-		if slices.Contains(vms, o.VM) {
-			out = append(out, o)
-		}
-	}
-	return out, err
+	return onlyNamed(all, vms), err
 }
 
 // A listing names the VMs waiting only when that costs less than listing
@@ -610,10 +609,7 @@ func TestListingFiltersWhereThatCostsLess(t *testing.T) {
 // would return, the next listing names the VMs.
 func TestListingLearnsWhatListingEverythingCosts(t *testing.T) {
 	const n = provider.MaxListNames + 50
-	var vms []string
-	for i := range n {
-		vms = append(vms, fmt.Sprintf("vm-%03d", i))
-	}
+	vms := vmNames(n)
 	f, clk := newListCloud(t, vms...)
 	stop := clk.AutoAdvance()
 	defer stop()
