@@ -109,7 +109,10 @@ type Lister interface {
 // names on the cloud's side (a tag or label filter with several values).
 // The core then polls with ListNamed, naming only the VMs it is waiting on
 // (booting, or being looked for after a create whose answer was lost), so
-// that a listing's size follows those VMs and not the whole fleet.
+// that a listing's size follows those VMs and not the whole fleet, unless
+// listing everything took no more calls (or, for a provider that does not
+// pace its own requests, found no more instances) the last time: one
+// List then answers every VM waiting.
 //
 // ListNamed returns, in loc (a zero Location: every location, as List),
 // every non-terminated instance of this installation whose gpuprov VM
