@@ -20,10 +20,11 @@ import (
 // On a provider.NameLister the listing is filtered when that costs less
 // than listing everything (see filterNext): it lists only the VMs waiting
 // on the poller when it starts, in calls of at most provider.MaxListNames
-// names, so that its size follows the VMs being watched, not the fleet. Its number of calls is fixed when it starts; a VM
-// that comes to wait while it runs is named by one of its calls not yet
-// sent, where that call has room (the last call of 100 names seldom is
-// full), so that it costs no call more and answers sooner. It may answer
+// names, so that its size follows the VMs being watched, not the fleet.
+// Its number of calls is fixed when it starts; a VM that comes to wait
+// while it runs is named by one of its calls not yet sent, where that call
+// has room (the last call of 100 names seldom is full), so that it costs
+// no call more and answers sooner. It may answer
 // only for the VMs it named: an instance it did not look for is not
 // "nothing there".
 type listing struct {
@@ -32,7 +33,7 @@ type listing struct {
 
 	// filtered says the listing is ListNamed calls, decided as it starts
 	// (filterNext). Before it starts (names nil) any VM may join it, and
-	// is named by it if it is filtered. As it starts it
+	// is named by it if it is filtered. As a filtered listing starts it
 	// takes the waiting VMs (reserved) and its room: its calls times
 	// provider.MaxListNames. Each call, as it is sent, moves up to that
 	// many names from reserved to names; a VM that joins while it runs
