@@ -458,15 +458,28 @@ func (p *Provisioner) sweep(ctx context.Context, opts SweepOptions) ([]Orphan, e
 				errs = append(errs, err)
 			}
 		}
-		// Shared side resources no instance uses: what a crash, or a
-		// teardown that found one still in use, left.
-		for _, name := range p.Providers() {
-			if err := p.cleanupShared(ctx, p.providers[name], provider.Location{}); err != nil {
-				errs = append(errs, fmt.Errorf("%s: shared side resources: %w", name, err))
-			}
+		if err := p.CleanupShared(ctx); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// CleanupShared removes, on every provider that shares side resources
+// (provider.SharedCleaner), the installation's shared side resources that no
+// instance uses, in every region: what a process killed while they waited
+// out their grace (WithSharedGrace) left, or a teardown that found one
+// still in use. One that an instance uses is left (the cloud refuses), and
+// is not an error. Sweep with Delete does it too; the CLI's `down --all`
+// does it after its deletions.
+func (p *Provisioner) CleanupShared(ctx context.Context) error {
+	var errs []error
+	for _, name := range p.Providers() {
+		if err := p.cleanupShared(ctx, p.providers[name], provider.Location{}); err != nil {
+			errs = append(errs, fmt.Errorf("%s: shared side resources: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // orphanReason says why the journal does not own instance o of provider

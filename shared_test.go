@@ -251,3 +251,32 @@ func TestStockoutStopsTheQueue(t *testing.T) {
 		t.Fatalf("creates sent to the stocked-out offer: %v, want the first VM's only", stocked)
 	}
 }
+
+// A process killed while a region's shared side resource waits out its
+// grace leaves it in the cloud, and no VM of the journal is left there to
+// take it down: CleanupShared (which `down --all` and Sweep run) removes
+// it from another process. (What a live instance uses the cloud refuses to
+// remove; the fake does not model that.)
+func TestCleanupSharedRemovesWhatAKilledProcessLeft(t *testing.T) {
+	e := newEnv(t)
+	e.useShared()
+	killed := e.provisioner(e.j) // never closed before the check: its grace never ends
+	ctx := context.Background()
+	if _, err := killed.Launch(ctx, h100("gone")); err != nil {
+		t.Fatal(err)
+	}
+	if err := killed.Delete(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	sf := e.shared["a"]
+	if got := sf.Shared(); !slices.Equal(got, []string{"us-east"}) {
+		t.Fatalf("after the delete: shared in %v, want [us-east] (waiting out the grace)", got)
+	}
+	next := e.provisioner(e.j)
+	if err := next.CleanupShared(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sf.Shared(); len(got) != 0 {
+		t.Fatalf("after CleanupShared: shared in %v, want none", got)
+	}
+}

@@ -21,6 +21,10 @@ func newDownCmd(e *env) *cobra.Command {
 		Use:     "down VM... | --all",
 		Aliases: []string{"delete", "rm"},
 		Short:   "Delete VMs: every instance confirmed gone, side resources cleaned up",
+		Long: `Delete VMs: every instance of every attempt deleted and confirmed gone, side
+resources cleaned up. --all deletes every VM that is not deleted or failed,
+then removes the installation's shared side resources that no instance uses,
+in every region (what a process killed during their grace left).`,
 		Example: `  gpuprov down train-1
   gpuprov down --all`,
 		ValidArgsFunction: completeVMs(e),
@@ -60,6 +64,9 @@ func down(ctx context.Context, e *env, names []string, all bool) error {
 		}
 		if len(names) == 0 {
 			pr.Stop()
+			if err := s.p.CleanupShared(ctx); err != nil {
+				return err
+			}
 			fmt.Fprintln(e.stdout, "nothing to delete")
 			return nil
 		}
@@ -86,6 +93,11 @@ func down(ctx context.Context, e *env, names []string, all bool) error {
 	pr.Stop()
 	if intr.happened() {
 		return &exitError{code: exitInterrupted, err: errors.New("interrupted: deletions left unfinished; run `gpuprov recover`")}
+	}
+	if all {
+		// What a process killed while the shared side resources waited
+		// out their grace left, in regions none of these VMs was in.
+		errs = append(errs, s.p.CleanupShared(ctx))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
