@@ -458,7 +458,7 @@ func (p *Provisioner) sweep(ctx context.Context, opts SweepOptions) ([]Orphan, e
 				errs = append(errs, err)
 			}
 		}
-		if err := p.CleanupShared(ctx); err != nil {
+		if err := p.cleanupSharedEverywhere(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -472,7 +472,16 @@ func (p *Provisioner) sweep(ctx context.Context, opts SweepOptions) ([]Orphan, e
 // still in use. One that an instance uses is left (the cloud refuses), and
 // is not an error. Sweep with Delete does it too; the CLI's `down --all`
 // does it after its deletions.
-func (p *Provisioner) CleanupShared(ctx context.Context) error {
+func (p *Provisioner) CleanupShared(ctx context.Context) (err error) {
+	ctx, sp := p.startOp(ctx, "gpuprov.CleanupShared")
+	if sp.IsRecording() {
+		defer func() { endSpan(sp, err) }()
+	}
+	return p.cleanupSharedEverywhere(ctx)
+}
+
+// cleanupSharedEverywhere is CleanupShared within the caller's span.
+func (p *Provisioner) cleanupSharedEverywhere(ctx context.Context) error {
 	var errs []error
 	for _, name := range p.Providers() {
 		if err := p.cleanupShared(ctx, p.providers[name], provider.Location{}); err != nil {
