@@ -255,28 +255,39 @@ func TestStockoutStopsTheQueue(t *testing.T) {
 // A process killed while a region's shared side resource waits out its
 // grace leaves it in the cloud, and no VM of the journal is left there to
 // take it down: CleanupShared (which `down --all` and Sweep run) removes
-// it from another process. (What a live instance uses the cloud refuses to
-// remove; the fake does not model that.)
+// it from another process, and leaves, without an error, one that a live
+// instance uses (the cloud refuses to remove it).
 func TestCleanupSharedRemovesWhatAKilledProcessLeft(t *testing.T) {
 	e := newEnv(t)
 	e.useShared()
-	killed := e.provisioner(e.j) // never closed before the check: its grace never ends
-	ctx := context.Background()
-	if _, err := killed.Launch(ctx, h100("gone")); err != nil {
-		t.Fatal(err)
-	}
-	if err := killed.Delete(ctx, "gone"); err != nil {
-		t.Fatal(err)
-	}
 	sf := e.shared["a"]
-	if got := sf.Shared(); !slices.Equal(got, []string{"us-east"}) {
-		t.Fatalf("after the delete: shared in %v, want [us-east] (waiting out the grace)", got)
+	sf.RefuseInUse = true
+	ctx := context.Background()
+	// What the killed process left: its Prepare made the region's shared
+	// resource, and no VM of the journal uses it. (Made by hand: a killed
+	// Provisioner's grace would still run on the test's auto-advancing
+	// clock.)
+	o := sf.Offers[0]
+	if _, err := sf.Prepare(ctx, &o, &provider.InstanceSpec{VM: "gone", Installation: sf.Installation, Attempt: 1}); err != nil {
+		t.Fatal(err)
 	}
-	next := e.provisioner(e.j)
-	if err := next.CleanupShared(ctx); err != nil {
+	if got := sf.Shared(); !slices.Equal(got, []string{"us-east"}) {
+		t.Fatalf("before: shared in %v, want [us-east]", got)
+	}
+	p := e.provisioner(e.j)
+	if err := p.CleanupShared(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := sf.Shared(); len(got) != 0 {
 		t.Fatalf("after CleanupShared: shared in %v, want none", got)
+	}
+	if _, err := p.Launch(ctx, h100("live")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CleanupShared(ctx); err != nil {
+		t.Fatalf("CleanupShared with a live instance: %v, want the resource left and no error", err)
+	}
+	if got := sf.Shared(); !slices.Equal(got, []string{"us-east"}) {
+		t.Fatalf("with a live instance: shared in %v, want [us-east] left", got)
 	}
 }

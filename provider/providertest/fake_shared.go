@@ -16,9 +16,16 @@ import (
 //
 // Unlike a cloud, it does not refuse to remove a resource that an instance
 // still uses: it removes it and counts the removal (DeletedInUse), so that
-// a test proves the core itself never asks while its own VMs use it.
+// a test proves the core itself never asks while its own VMs use it. With
+// RefuseInUse it refuses, as the clouds that share side resources do (the
+// sim's 409 conflict, EC2's DependencyViolation), with a Transient error
+// matching provider.ErrInUse.
 type SharedFake struct {
 	*Fake
+
+	// RefuseInUse makes CleanupShared leave a region's resource while an
+	// instance there is live, and say so (provider.ErrInUse).
+	RefuseInUse bool
 
 	// GoneAtCreate removes the region's shared resource just before the
 	// next n creates, as another process would between a VM's Prepare
@@ -77,14 +84,24 @@ func (s *SharedFake) CleanupShared(ctx context.Context, loc provider.Location) e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var inUse []string
 	for r := range s.shared {
 		if loc.Region != "" && r != loc.Region {
+			continue
+		}
+		if live[r] && s.RefuseInUse {
+			inUse = append(inUse, r)
 			continue
 		}
 		if live[r] {
 			s.deletedInUse++
 		}
 		delete(s.shared, r)
+	}
+	if len(inUse) > 0 {
+		slices.Sort(inUse)
+		return &provider.Error{Kind: provider.Transient, Provider: s.Name(), Op: "cleanup",
+			Err: fmt.Errorf("%w: shared resource of %v", provider.ErrInUse, inUse)}
 	}
 	return nil
 }
