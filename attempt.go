@@ -213,13 +213,12 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 		if observeFirst || n > 0 {
 			// The listing lag of a teardown, or of a Recover after a
 			// crash, counts from this send.
-			why := "resend after observing nothing"
+			why := "resend" // the create did not land (a shared resource was gone) and was prepared again
 			switch {
 			case observeFirst:
+				why = "resend after observing nothing"
 			case replay:
 				why = "resend with the same token"
-			default: // the create did not land (a shared resource was gone) and was prepared again
-				why = "resend"
 			}
 			a.CreateSent = d.now()
 			if err := d.commit(ctx, &journal.Step{Attempts: []journal.Attempt{*a},

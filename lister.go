@@ -24,9 +24,8 @@ import (
 // Its number of calls is fixed when it starts; a VM that comes to wait
 // while it runs is named by one of its calls not yet sent, where that call
 // has room (the last call of 100 names seldom is full), so that it costs
-// no call more and answers sooner. It may answer
-// only for the VMs it named: an instance it did not look for is not
-// "nothing there".
+// no call more and answers sooner. It may answer only for the VMs it
+// named: an instance it did not look for is not "nothing there".
 type listing struct {
 	started time.Time
 	done    chan struct{}

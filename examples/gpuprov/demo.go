@@ -34,8 +34,8 @@ func newDemoCmd(e *env) *cobra.Command {
 		Long: `Run the whole pipeline against two simulated clouds started in this process:
 plan across both, fail over from a stocked-out offer, send a create whose
 answer was lost again with its idempotency token (the cloud answers with the
-instance that landed, not a second one), boot, SSH with a pinned host key, bootstrap over SSH,
-form a (simulated) k3s cluster, check health, tear everything down and prove
+instance that landed, not a second one), boot, SSH with a pinned host key,
+bootstrap over SSH, form a (simulated) k3s cluster, check health, tear everything down and prove
 that nothing is left running. No account, no credentials, no network.`,
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {

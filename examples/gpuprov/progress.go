@@ -49,13 +49,13 @@ type vmStatus struct {
 	nextTry time.Time
 }
 
-// waitingRE reads the engine's waiting event: "waiting for capacity: <what
-// is blocked>, next try at <RFC3339>: <why>".
 // resendWithToken begins the message of the create-sent event of a create
 // sent again with its idempotency token after its answer was lost (the
 // demo's test fails if it stops matching).
 const resendWithToken = "resend with the same token"
 
+// waitingRE reads the engine's waiting event: "waiting for capacity: <what
+// is blocked>, next try at <RFC3339>: <why>".
 var waitingRE = regexp.MustCompile(`^waiting for capacity: (.*), next try at (\S+): `)
 
 func newProgress(w io.Writer, tty bool) *progress {

@@ -50,7 +50,7 @@ type s1Result struct {
 	Cfg          s1Config
 	Wall         time.Duration // LaunchMany start → every VM ended
 	LastReady    time.Duration // start → the last ready event
-	Slowest      string        // the last VM to be ready: its journaled events, timed from the start
+	Slowest      string        // the last VM to be ready: its events, timed from the start
 	Ready        int
 	Failed       int
 	FailedThrott int            // failed VMs whose error mentions throttling
@@ -153,6 +153,7 @@ func runS1(ctx context.Context, cfg s1Config) (*s1Result, error) {
 	res.PeakRSS = peakRSS()
 	res.JournalBytes = dirSize(cfg.Dir)
 
+	var last *gpuprov.VM // the last to be ready
 	for _, r := range out {
 		switch {
 		case r.Err != nil:
@@ -166,16 +167,13 @@ func runS1(ctx context.Context, cfg s1Config) (*s1Result, error) {
 			}
 		case r.VM != nil && r.VM.State == gpuprov.StateReady:
 			res.Ready++
-			res.LastReady = max(res.LastReady, r.VM.ReadyAt.Sub(start))
-		}
-	}
-	var last *gpuprov.VM
-	for _, r := range out {
-		if r.Err == nil && r.VM != nil && (last == nil || r.VM.ReadyAt.After(last.ReadyAt)) {
-			last = r.VM
+			if last == nil || r.VM.ReadyAt.After(last.ReadyAt) {
+				last = r.VM
+			}
 		}
 	}
 	if last != nil {
+		res.LastReady = last.ReadyAt.Sub(start)
 		eventsMu.Lock()
 		res.Slowest = timeline(last.Name, events[last.Name], start)
 		eventsMu.Unlock()

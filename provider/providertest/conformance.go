@@ -39,8 +39,9 @@ type Harness struct {
 // idempotent; Create labels the instance so Observe finds it by identity;
 // Delete of an unknown or already deleted id is success; a Create replayed
 // with the same spec is answered with the first one's instance where
-// FeatureIdempotencyToken is supported; Observe of an unknown VM is empty; BindInstallation accepts the installation the
-// provider was built with and refuses another; a broken instance is reported Failed, not hidden; a
+// FeatureIdempotencyToken is supported; Observe of an unknown VM is empty;
+// BindInstallation accepts the installation the provider was built with
+// and refuses another; a broken instance is reported Failed, not hidden; a
 // Lister lists what Observe sees.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
