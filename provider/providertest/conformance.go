@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -78,6 +79,21 @@ func Run(t *testing.T, h Harness) {
 			AuthorizedKeys: []string{userKey}}
 	}
 
+	// launch prepares and creates s's instance on o, and returns what
+	// Prepare returned and the instance's id.
+	launch := func(t *testing.T, p provider.CloudProvider, o *provider.Offer, s *provider.InstanceSpec) (json.RawMessage, string) {
+		t.Helper()
+		prepared, err := p.Prepare(ctx, o, s)
+		if err != nil {
+			t.Fatalf("Prepare: %v", err)
+		}
+		id, err := p.Create(ctx, o, prepared, s)
+		if err != nil || id == "" {
+			t.Fatalf("Create: %q, %v", id, err)
+		}
+		return prepared, id
+	}
+
 	t.Run("plan is cheapest first, canonical and filtered", func(t *testing.T) {
 		p := h.New(t)
 		req := h.Request
@@ -138,14 +154,7 @@ func Run(t *testing.T, h Harness) {
 		p := h.New(t)
 		o := plan(t, p)
 		s := spec("conf-life")
-		prepared, err := p.Prepare(ctx, &o, s)
-		if err != nil {
-			t.Fatalf("Prepare: %v", err)
-		}
-		id, err := p.Create(ctx, &o, prepared, s)
-		if err != nil || id == "" {
-			t.Fatalf("Create: %q, %v", id, err)
-		}
+		_, id := launch(t, p, &o, s)
 		settle(t)
 		obs := observe(t, p, o.Location, s.VM)
 		if !slices.ContainsFunc(obs, func(x provider.Observed) bool { return x.ID == id }) {
@@ -198,14 +207,7 @@ func Run(t *testing.T, h Harness) {
 		// with the same spec (see provider.FeatureIdempotencyToken).
 		o := plan(t, p)
 		s := spec("conf-replay")
-		prepared, err := p.Prepare(ctx, &o, s)
-		if err != nil {
-			t.Fatalf("Prepare: %v", err)
-		}
-		first, err := p.Create(ctx, &o, prepared, s)
-		if err != nil {
-			t.Fatalf("Create: %v", err)
-		}
+		prepared, first := launch(t, p, &o, s)
 		again, err := p.Create(ctx, &o, prepared, s)
 		if err != nil || again != first {
 			t.Fatalf("the replayed Create: %q, %v; want the first create's instance %s", again, err, first)
@@ -248,14 +250,7 @@ func Run(t *testing.T, h Harness) {
 		p := h.New(t)
 		o := plan(t, p)
 		s := spec("conf-broken")
-		prepared, err := p.Prepare(ctx, &o, s)
-		if err != nil {
-			t.Fatalf("Prepare: %v", err)
-		}
-		id, err := p.Create(ctx, &o, prepared, s)
-		if err != nil {
-			t.Fatalf("Create: %v", err)
-		}
+		_, id := launch(t, p, &o, s)
 		h.Break(t, id)
 		obs := observe(t, p, o.Location, s.VM)
 		i := slices.IndexFunc(obs, func(x provider.Observed) bool { return x.ID == id })
