@@ -186,6 +186,15 @@ func (d *driver) newHostKey(pp *paced, a *journal.Attempt) error {
 func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *journal.Attempt, resumed bool) error {
 	observeFirst := resumed
 	replay := pp.caps.Supports(provider.FeatureIdempotencyToken) && a.Token != ""
+	if resumed {
+		// The dead process journaled its intent, then may have waited for
+		// the account's turn before the create went out: the send is at
+		// the latest now, when this process took over, and the listing
+		// lag (of the observing below, or of a teardown) counts from there.
+		if now := d.now(); now.After(a.CreateSent) {
+			a.CreateSent = now
+		}
+	}
 	sharedGone := 0
 	var last error // the last create's error, for an end that cuts the retries short
 	withLast := func(err error) error {
@@ -196,7 +205,8 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 	}
 	for n := 0; ; n++ {
 		if observeFirst {
-			inst, err := d.findLanded(ctx, pp, a)
+			// With the token, one look decides: a replay cannot duplicate.
+			inst, err := d.findLanded(ctx, pp, a, replay)
 			if err != nil {
 				return withLast(err)
 			}
@@ -335,8 +345,9 @@ func (d *driver) recordInstance(ctx context.Context, a *journal.Attempt, id, how
 }
 
 // findLanded observes until an instance of the VM appears or the cloud's
-// consistency window since the last create has passed.
-func (d *driver) findLanded(ctx context.Context, pp *paced, a *journal.Attempt) (*provider.Observed, error) {
+// consistency window since the last create has passed; once, until a look
+// works.
+func (d *driver) findLanded(ctx context.Context, pp *paced, a *journal.Attempt, once bool) (*provider.Observed, error) {
 	for first := true; ; first = false {
 		// The create's fate decides what comes next: its first look does
 		// not wait for the location's next shared listing; the looks that
@@ -352,7 +363,7 @@ func (d *driver) findLanded(ctx context.Context, pp *paced, a *journal.Attempt) 
 		// Nothing there counts once a look that worked saw nothing after
 		// the window: a failed look says nothing.
 		left := a.CreateSent.Add(pp.caps.ConsistencyWindow).Sub(d.now())
-		if left <= 0 && err == nil {
+		if (left <= 0 || once) && err == nil {
 			return nil, nil
 		}
 		if left <= 0 {

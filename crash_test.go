@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -358,6 +359,93 @@ func TestCrashAtEveryJournalWrite(t *testing.T) {
 						t.Fatalf("did not crash at write %d of %d", k+1, total)
 					}
 				})
+			}
+		})
+	}
+}
+
+// crashAfterCreate is a crashJournal that dies at the first write after the
+// fake's first create went out: the process is killed before the instance
+// id, or anything else the create told it, is journaled.
+type crashAfterCreate struct {
+	*crashJournal
+	f *pt.Fake
+}
+
+func (c *crashAfterCreate) Commit(ctx context.Context, s *journal.Step) error {
+	if len(c.f.Calls(pt.OpCreate)) > 0 {
+		c.mu.Lock()
+		if !c.crashed {
+			c.left = 0
+		}
+		c.mu.Unlock()
+	}
+	return c.crashJournal.Commit(ctx, s)
+}
+
+// TestRecoverAtOnceAfterAQueuedCreate: the create waited a minute for the
+// account's turn after its intent was journaled, went out, and the process
+// died before journaling what came back. A Recover that takes the dead
+// process's lease at once looks while the cloud still lists the new
+// instance late. The send time is unknown to it — at the latest, the
+// takeover — so on a cloud without idempotency tokens the listing lag is
+// waited out from the takeover, not from the journaled intent (which lies
+// a minute before the send), and the instance is adopted, not created
+// twice. On a cloud that honours the token the create is replayed at once.
+func TestRecoverAtOnceAfterAQueuedCreate(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, idempotent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("idempotent=%v", idempotent), func(t *testing.T) {
+			clk := clock.NewFake(t0)
+			stop := clk.AutoAdvance()
+			defer stop()
+			fakes := standardFakes(clk)
+			a := fakes[0]
+			a.Idempotent = idempotent
+			a.BootTime, a.ListLag = 10*time.Second, 20*time.Second
+			a.Caps.ConsistencyWindow = 25 * time.Second
+			a.Caps.RequestsPerSecond, a.Caps.Burst = 1.0/60, 1 // the Prepare takes the turn; the create waits a minute
+			e := newEnvWith(t, clk, fakes)
+			e.p.Close()
+			cj := &crashAfterCreate{crashJournal: &crashJournal{Journal: e.j, left: -1}, f: a}
+			// An owner of this host and pid that started at another time:
+			// the next Provisioner knows it dead and takes its lease at once.
+			p1 := e.provisioner(cj, gpuprov.WithOwner(fmt.Sprintf("%s/%d/1/dead", host, os.Getpid())))
+			if _, err := p1.Launch(context.Background(), h100("queued")); !errors.Is(err, errCrash) {
+				t.Fatalf("launch: %v, want the crash", err)
+			}
+			p1.Close()
+			calls := a.Calls(pt.OpCreate)
+			if len(calls) != 1 {
+				t.Fatalf("%d creates before the crash, want 1", len(calls))
+			}
+			if waited := calls[0].At.Sub(t0); waited < time.Minute {
+				t.Fatalf("create sent %v after the start, want it to have waited a minute for its turn", waited)
+			}
+
+			db2, err := sqlite.Open(context.Background(), e.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db2.Close()
+			p2 := e.provisioner(db2)
+			if _, err := p2.Recover(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			e.j = db2
+			row := e.assertClean("queued") // one live instance, the journaled one
+			if row.State != journal.StateReady {
+				t.Fatalf("ended %s (%s), want ready", row.State, row.LastError)
+			}
+			creates := len(a.Calls(pt.OpCreate))
+			if !idempotent && creates != 1 {
+				t.Fatalf("%d creates on a cloud without tokens, want 1: the instance adopted", creates)
+			}
+			if idempotent && creates != 2 {
+				t.Fatalf("%d creates on a cloud that honours the token, want 2: the create replayed", creates)
 			}
 		})
 	}
