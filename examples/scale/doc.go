@@ -19,7 +19,9 @@
 //
 // S2 stocks out all but one offer of a zero-latency sim and times, in an
 // http.RoundTripper under the adapter, each out_of_capacity answer to a
-// create and the same VM's next create request.
+// create and the same VM's next create request, and, in a journal wrapper,
+// the commits (one fsync each) each failover waited for: how many, how
+// long, and what is left of the failover without them.
 //
 // S3 runs three processes: the sim (this program re-executed in the serve
 // role, with a state file), the launcher (the launch role), killed with
