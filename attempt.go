@@ -186,15 +186,6 @@ func (d *driver) newHostKey(pp *paced, a *journal.Attempt) error {
 func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *journal.Attempt, resumed bool) error {
 	observeFirst := resumed
 	replay := pp.caps.Supports(provider.FeatureIdempotencyToken) && a.Token != ""
-	if resumed {
-		// The dead process journaled its intent, then may have waited for
-		// the account's turn before the create went out: the send is at
-		// the latest now, when this process took over, and the listing
-		// lag (of the observing below, or of a teardown) counts from there.
-		if now := d.now(); now.After(a.CreateSent) {
-			a.CreateSent = now
-		}
-	}
 	sharedGone := 0
 	var last error // the last create's error, for an end that cuts the retries short
 	withLast := func(err error) error {

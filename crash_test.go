@@ -392,13 +392,18 @@ func (c *crashAfterCreate) Commit(ctx context.Context, s *journal.Step) error {
 // waited out from the takeover, not from the journaled intent (which lies
 // a minute before the send), and the instance is adopted, not created
 // twice. On a cloud that honours the token the create is replayed at once.
+// A Delete that takes over at once waits the lag out too before it finds
+// nothing, so the instance is deleted, not left running.
 func TestRecoverAtOnceAfterAQueuedCreate(t *testing.T) {
 	host, err := os.Hostname()
 	if err != nil {
 		t.Skip(err)
 	}
-	for _, idempotent := range []bool{false, true} {
-		t.Run(fmt.Sprintf("idempotent=%v", idempotent), func(t *testing.T) {
+	for _, tc := range []struct {
+		idempotent, delete bool
+	}{{false, false}, {true, false}, {false, true}, {true, true}} {
+		idempotent := tc.idempotent
+		t.Run(fmt.Sprintf("idempotent=%v/delete=%v", idempotent, tc.delete), func(t *testing.T) {
 			clk := clock.NewFake(t0)
 			stop := clk.AutoAdvance()
 			defer stop()
@@ -431,11 +436,21 @@ func TestRecoverAtOnceAfterAQueuedCreate(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer db2.Close()
+			a.Caps.RequestsPerSecond, a.Caps.Burst = 0, 0 // the next process is not kept waiting for turns
 			p2 := e.provisioner(db2)
+			e.j = db2
+			if tc.delete {
+				if err := p2.Delete(context.Background(), "queued"); err != nil {
+					t.Fatal(err)
+				}
+				if row := e.assertClean("queued"); row.State != journal.StateDeleted { // nothing live
+					t.Fatalf("ended %s (%s), want deleted", row.State, row.LastError)
+				}
+				return
+			}
 			if _, err := p2.Recover(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			e.j = db2
 			row := e.assertClean("queued") // one live instance, the journaled one
 			if row.State != journal.StateReady {
 				t.Fatalf("ended %s (%s), want ready", row.State, row.LastError)

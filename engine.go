@@ -233,14 +233,35 @@ func (d *driver) run(ctx context.Context) (*VM, error) {
 	return vmFromRow(d.row), err
 }
 
+// takeOverAttempts reads the VM's attempts for a driver that takes the VM
+// over from the journal. An attempt left in phase create may have sent its
+// create at any time up to now: its intent was journaled before the wait
+// for the account's turn, and the process that sent it may have died
+// before journaling anything else. Its CreateSent becomes now, so that the
+// listing lag a look or a teardown waits out counts from the latest
+// possible send, not from the intent.
+func (d *driver) takeOverAttempts(ctx context.Context) ([]journal.Attempt, error) {
+	attempts, err := d.p.j.Attempts(ctx, d.row.Name)
+	if err != nil {
+		return nil, fmt.Errorf("gpuprov: VM %s: reading attempts: %w", d.row.Name, err)
+	}
+	now := d.now()
+	for i := range attempts {
+		if a := &attempts[i]; a.State == journal.AttemptActive && a.Phase == PhaseCreate && now.After(a.CreateSent) {
+			a.CreateSent = now
+		}
+	}
+	return attempts, nil
+}
+
 // provision resumes the VM from its journaled attempt, then fails over
 // through the offers until one is ready or the launch must end.
 func (d *driver) provision(ctx context.Context) error {
 	var attempts []journal.Attempt
 	if d.row.Attempt > 0 { // a fresh launch has none to read
 		var err error
-		if attempts, err = d.p.j.Attempts(ctx, d.row.Name); err != nil {
-			return fmt.Errorf("gpuprov: VM %s: reading attempts: %w", d.row.Name, err)
+		if attempts, err = d.takeOverAttempts(ctx); err != nil {
+			return err
 		}
 	}
 	for i := range attempts {

@@ -264,9 +264,9 @@ func (p *Provisioner) acquireFrom(ctx context.Context, row journal.VM, ownerDead
 // finishDelete tears down every attempt not yet torn down and marks the VM
 // deleted; on a teardown it cannot finish, the VM stays deleting.
 func (d *driver) finishDelete(ctx context.Context) error {
-	attempts, err := d.p.j.Attempts(ctx, d.row.Name)
+	attempts, err := d.takeOverAttempts(ctx)
 	if err != nil {
-		return fmt.Errorf("gpuprov: VM %s: reading attempts: %w", d.row.Name, err)
+		return err
 	}
 	for i := range attempts {
 		if a := &attempts[i]; !(a.State == journal.AttemptTornDown && a.CleanedUp) {
