@@ -176,11 +176,12 @@ func (d *driver) newHostKey(pp *paced, a *journal.Attempt) error {
 
 // create sends the create and resolves every ambiguous outcome. A resumed
 // create, and a retried one on a cloud without idempotency tokens, first
-// looks for what landed (waiting out the cloud's listing lag) and adopts
-// it; only when nothing is there is the create sent again. A retried
-// create on a cloud that honours the token (the feature
-// provider.FeatureIdempotencyToken) is sent again at once with the same
-// token: the cloud answers the replay with the instance the first one made,
+// looks for what landed (waiting out the cloud's listing lag, counted for a
+// resumed one from the takeover: see takeOverAttempts) and adopts it; only
+// when nothing is there is the create sent again. On a cloud that honours
+// the token (the feature provider.FeatureIdempotencyToken) a retried create
+// is sent again at once with the same token, and a resumed one after one
+// look: the cloud answers the replay with the instance the first one made,
 // if it landed, so that a 5xx costs a backoff, not the listing lag. Every
 // resend is journaled (its send time) before it goes out.
 func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *journal.Attempt, resumed bool) error {
