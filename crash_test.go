@@ -393,7 +393,11 @@ func (c *crashAfterCreate) Commit(ctx context.Context, s *journal.Step) error {
 // a minute before the send), and the instance is adopted, not created
 // twice. On a cloud that honours the token the create is replayed at once.
 // A Delete that takes over at once waits the lag out too before it finds
-// nothing, so the instance is deleted, not left running.
+// nothing, so the instance is deleted, not left running. (The listing lag
+// is the clouds' documented eventual consistency: "if you run a command to
+// modify or describe the resource that you just created, its ID might not
+// have propagated throughout the system" —
+// https://docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html.)
 func TestRecoverAtOnceAfterAQueuedCreate(t *testing.T) {
 	host, err := os.Hostname()
 	if err != nil {
