@@ -80,8 +80,8 @@ func (d *driver) spec(a *journal.Attempt) *provider.InstanceSpec {
 	return &provider.InstanceSpec{
 		VM: d.row.Name, Installation: d.p.j.Installation(), Attempt: a.N, IdempotencyToken: a.Token,
 		SSHUser: firstNonEmpty(d.req.SSHUser, d.p.sshUser), AuthorizedKeys: d.p.authKeys,
-		HostKey: d.hostKeys[a.N], OpenPorts: d.req.OpenPorts, Image: d.req.Image, UserLabels: d.req.Labels,
-		PlacementGroup: d.placementGroup,
+		HostKey: d.hostKeys[a.N], OpenPorts: d.req.OpenPorts, SourceRanges: d.req.SourceRanges, Image: d.req.Image,
+		UserLabels: d.req.Labels, PlacementGroup: d.placementGroup,
 	}
 }
 

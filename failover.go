@@ -58,7 +58,7 @@ func (d *driver) afterFailure(ctx context.Context, a *journal.Attempt, err error
 		case provider.Capacity, provider.Quota, provider.Unavailable, provider.Failed, provider.Credentials:
 			var o provider.Offer
 			if jerr := jsonUnmarshal(a.Offer, &o); jerr == nil {
-				b := d.p.block(&o, kind, provider.ScopeOf(err), err)
+				b := d.p.block(&o, kind, provider.ScopeOf(err), provider.BlockForOf(err), err)
 				blocks = append(blocks, b)
 				be := d.event(EvBlocked, a, fmt.Sprintf("%s until %s", b.Key, b.Until.UTC().Format(time.RFC3339)))
 				be.ErrorKind = kind.String()
@@ -337,12 +337,13 @@ func (d *driver) deleteInstances(ctx context.Context, pp *paced, a *journal.Atte
 	}
 }
 
-// block returns the blocklist entry for a failure of kind on offer o.
-func (p *Provisioner) block(o *provider.Offer, kind provider.ErrorKind, scope provider.Scope, cause error) journal.Block {
+// block returns the blocklist entry for a failure of kind on offer o: for
+// the error's own length (for), else the kind's TTL.
+func (p *Provisioner) block(o *provider.Offer, kind provider.ErrorKind, scope provider.Scope, for_ time.Duration, cause error) journal.Block {
 	now := p.clock.Now()
-	ttl := p.blockTTL[kind]
-	if ttl == 0 {
-		ttl = 10 * time.Minute
+	ttl := cmp.Or(for_, p.blockTTL[kind], 10*time.Minute)
+	if scope == provider.ScopeSpot && !o.Spot || scope == provider.ScopeFamily && o.Family == "" {
+		scope = provider.ScopeOffer // a scope the offer is not in blocks the offer
 	}
 	return journal.Block{
 		Key: blockKey(o, scope), Scope: scope.String(), Provider: o.Provider, ErrorKind: kind.String(),
@@ -359,6 +360,14 @@ func blockKey(o *provider.Offer, scope provider.Scope) string {
 		return "region:" + o.Provider + "|" + o.Location.Region
 	case provider.ScopeZone:
 		return "zone:" + o.Provider + "|" + o.Location.Region + "|" + o.Location.Zone
+	case provider.ScopeSpot:
+		return "spot:" + o.Provider + "|" + o.Location.Region
+	case provider.ScopeFamily:
+		pricing := "od"
+		if o.Spot {
+			pricing = "spot"
+		}
+		return "family:" + o.Provider + "|" + o.Location.Region + "|" + o.Family + "|" + pricing
 	default:
 		return "offer:" + o.Key()
 	}
@@ -366,7 +375,14 @@ func blockKey(o *provider.Offer, scope provider.Scope) string {
 
 // blockedBy returns the block that covers o, if any.
 func blockedBy(o *provider.Offer, blocks map[string]journal.Block) (journal.Block, bool) {
-	for _, s := range []provider.Scope{provider.ScopeOffer, provider.ScopeZone, provider.ScopeRegion, provider.ScopeProvider} {
+	scopes := []provider.Scope{provider.ScopeOffer, provider.ScopeZone, provider.ScopeRegion, provider.ScopeProvider}
+	if o.Spot {
+		scopes = append(scopes, provider.ScopeSpot)
+	}
+	if o.Family != "" {
+		scopes = append(scopes, provider.ScopeFamily)
+	}
+	for _, s := range scopes {
 		if b, ok := blocks[blockKey(o, s)]; ok {
 			return b, true
 		}

@@ -146,7 +146,8 @@ func (p *Provisioner) plan(ctx context.Context, req *Request) (*PlanResult, erro
 		R *provider.ResourceRequest
 		P []string
 		L bool // labels rule out providers that cannot put them
-	}{req.resources(), names, len(req.Labels) > 0})
+		S bool // so do source ranges, on providers that cannot restrict them
+	}{req.resources(), names, len(req.Labels) > 0, len(req.SourceRanges) > 0})
 	key := string(keyJSON)
 
 	entry, ok := p.plans.get(key, p.clock.Now(), p.planTTL)
@@ -211,13 +212,18 @@ func (c *planCache) put(key string, e planEntry) {
 }
 
 func (p *Provisioner) planOnce(ctx context.Context, req *Request, names []string) planEntry {
-	// Labels the caller asked for must be on every resource: a provider
-	// that cannot put them is left out, and says why.
+	// Labels the caller asked for must be on every resource, and the
+	// sources it restricted its firewall to must be the only ones let in: a
+	// provider that cannot do either is left out, and says why.
 	var able []string
 	refused := map[string]error{}
 	for _, n := range names {
 		if len(req.Labels) > 0 && !p.providers[n].caps.Labels {
 			refused[n] = provider.Errorf(provider.InvalidRequest, n, "plan", "cannot put the request's labels on its resources")
+			continue
+		}
+		if len(req.SourceRanges) > 0 && !p.providers[n].caps.Supports(provider.FeatureSourceRanges) {
+			refused[n] = provider.Errorf(provider.InvalidRequest, n, "plan", "cannot restrict who may connect to the request's source ranges")
 			continue
 		}
 		able = append(able, n)

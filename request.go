@@ -59,6 +59,13 @@ type Request struct {
 	SSHUser string `json:"ssh_user,omitempty"`
 	// OpenPorts are inbound ports the VM's own firewall opens besides SSH.
 	OpenPorts []provider.Port `json:"open_ports,omitempty"`
+	// SourceRanges are the networks (CIDRs) that may connect to SSH and
+	// OpenPorts; empty: each provider's configured source_ranges, else
+	// provider.DefaultSourceRanges (anywhere). With ranges, OpenPorts also
+	// admit the VM's peers behind the same firewall on its cloud (a
+	// cluster's nodes), and a provider that cannot restrict who connects
+	// (provider.FeatureSourceRanges) is not planned.
+	SourceRanges []string `json:"source_ranges,omitempty"`
 	// Image overrides the providers' default image.
 	Image string `json:"image,omitempty"`
 
@@ -202,6 +209,9 @@ func (r *Request) normalize(known map[string]bool) error {
 		if p.Number < 1 || p.Number > 65535 || (p.Protocol != "tcp" && p.Protocol != "udp") {
 			return &RequestError{"open_ports", fmt.Sprintf("%v: want 1-65535 and tcp or udp", p)}
 		}
+	}
+	if err := provider.ValidateSourceRanges(r.SourceRanges); err != nil {
+		return &RequestError{"source_ranges", err.Error()}
 	}
 	return nil
 }

@@ -71,9 +71,17 @@ const (
 	ScopeZone
 	ScopeRegion
 	ScopeProvider
+	// ScopeSpot blocks the Spot offers of the offer's region (a Spot-only
+	// quota: Azure's LowPriorityCores, AWS's MaxSpotInstanceCountExceeded);
+	// on-demand offers there stay open.
+	ScopeSpot
+	// ScopeFamily blocks the offers of the offer's Family in its region,
+	// on-demand or Spot as the offer is (a per-family quota). An offer
+	// without a Family is blocked as ScopeOffer.
+	ScopeFamily
 )
 
-var scopeNames = [...]string{"default", "offer", "zone", "region", "provider"}
+var scopeNames = [...]string{"default", "offer", "zone", "region", "provider", "spot", "family"}
 
 func (s Scope) String() string {
 	if int(s) < len(scopeNames) && s >= 0 {
@@ -104,8 +112,16 @@ type Error struct {
 	// RetryAfter is the wait the cloud asked for (Retry-After), if any.
 	RetryAfter time.Duration
 	// Block overrides the kind's default blocking scope (for example a wallet
-	// that is empty blocks the whole provider, a zonal stockout the zone).
+	// that is empty blocks the whole provider, a zone the cloud says is out
+	// of everything the zone). Block only as much as the error names: a
+	// stockout of one type in a zone is ScopeOffer (type, zone, Spot), not
+	// the zone.
 	Block Scope
+	// BlockFor overrides how long the block lasts (the core's TTL for the
+	// kind, WithBlockTTL); zero: the kind's TTL. For a failure that will
+	// not clear soon, such as a size a subscription may not use in a
+	// location.
+	BlockFor time.Duration
 }
 
 func (e *Error) Error() string {
@@ -165,6 +181,16 @@ func ScopeOf(err error) Scope {
 		return pe.Scope()
 	}
 	return ScopeOffer
+}
+
+// BlockForOf returns err's BlockFor (see Error.BlockFor); zero when err is
+// not a *Error or does not set it.
+func BlockForOf(err error) time.Duration {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.BlockFor
+	}
+	return 0
 }
 
 // IsContextError reports whether err is the caller's own cancellation or

@@ -255,6 +255,11 @@ type Offer struct {
 	MemoryGB     float64  `json:"memory_gb,omitempty"`
 	PricePerHour float64  `json:"price_per_hour"` // USD for the whole instance
 	Spot         bool     `json:"spot,omitempty"`
+	// Family is the cloud's quota family of InstanceType (EC2's "p5",
+	// Azure's "standardNCadsH100v5Family"), where the cloud counts quota
+	// per family; empty: none. A ScopeFamily block covers the offers of
+	// one family in a region.
+	Family string `json:"family,omitempty"`
 	// DiskGB is the boot disk the instance gets, in GB; 0: unknown. A
 	// provider whose Capabilities.DiskSize is true creates the disk with
 	// this size, which the core raises to the request's DiskGB.
@@ -308,6 +313,16 @@ type InstanceSpec struct {
 	// OpenPorts are inbound ports the VM's own firewall must open besides
 	// SSH (for example 6443/tcp and 51820/udp for a cross-cloud cluster).
 	OpenPorts []Port
+	// SourceRanges are the networks (CIDRs, validated with
+	// ValidateSourceRanges) that may connect to SSH and OpenPorts, as the
+	// request gave them; empty: the provider's configured ranges, else
+	// DefaultSourceRanges (see SourcesFor). Where sources are restricted,
+	// OpenPorts also admit the instances behind the same shared firewall
+	// (a security group's own members, a firewall's target tag, the
+	// adapter's virtual network), so that a cluster's nodes on one cloud
+	// reach each other. A provider that cannot restrict who connects lists
+	// FeatureSourceRanges as unsupported.
+	SourceRanges []string
 	// Image overrides the provider's default image.
 	Image string
 	// UserLabels are the caller's labels (Request.Labels), valid under
@@ -419,6 +434,11 @@ const (
 	FeatureIdempotencyToken Feature = "idempotency-token"
 	FeatureFirewall         Feature = "per-vm-firewall" // OpenPorts is honoured
 	FeatureZones            Feature = "zones"           // locations have zones
+	// FeatureSourceRanges: the firewall admits only
+	// InstanceSpec.SourceRanges (or the provider's configured ranges) to
+	// SSH and OpenPorts. A request that restricts its sources is not
+	// planned on a provider that cannot.
+	FeatureSourceRanges Feature = "source-ranges"
 )
 
 // Capabilities says what a cloud cannot do and how the core paces it. Zero

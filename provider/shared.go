@@ -52,12 +52,15 @@ var ErrSharedGone = errors.New("shared side resource gone")
 const LabelShared = "gpuprov-shared"
 
 // SharedName is the name of the installation's shared side resource that
-// opens ports: gpuprov-<12 hex digits of a hash of the installation and the
-// port set>. Ports are compared as a set, protocols in any case, so two VMs
-// asking for the same ports in another order or spelling share one
-// resource. At most 28 characters, valid
-// for every cloud's names (lowercase letters, digits and '-').
-func SharedName(installation string, ports []Port) string {
+// opens ports to sources: gpuprov-fw-<12 hex digits of a hash of the
+// installation, the port set and the source set>. Ports and sources are
+// compared as sets, protocols in any case, so two VMs asking for the same
+// ports in another order or spelling share one resource; VMs that admit
+// other sources get another. Sources that are DefaultSourceRanges (or
+// none) name the resource as before sources could be chosen, so a
+// resource made by an earlier version is adopted. At most 28 characters,
+// valid for every cloud's names (lowercase letters, digits and '-').
+func SharedName(installation string, ports []Port, sources []string) string {
 	set := make([]string, 0, len(ports))
 	for _, p := range ports {
 		p.Protocol = strings.ToLower(p.Protocol)
@@ -65,7 +68,11 @@ func SharedName(installation string, ports []Port) string {
 	}
 	slices.Sort(set)
 	set = slices.Compact(set)
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s", installation, strings.Join(set, ",")))
+	key := fmt.Sprintf("%s\x00%s", installation, strings.Join(set, ","))
+	if src := normalSources(sources); !slices.Equal(src, DefaultSourceRanges) {
+		key += "\x00" + strings.Join(src, ",")
+	}
+	sum := sha256.Sum256([]byte(key))
 	return "gpuprov-fw-" + hex.EncodeToString(sum[:6])
 }
 

@@ -162,7 +162,7 @@ func TestCleanupLeavesTheSharedGroup(t *testing.T) {
 			t.Fatalf("cleanup %d while the instance shuts down: %v", i+1, err)
 		}
 	}
-	shared := provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}})
+	shared := provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}}, nil)
 	if side := e.f.side(); !slices.Equal(side, []string{"sg:us-east-1/" + shared}) {
 		t.Fatalf("side resources after cleanup: %v, want the shared group only", side)
 	}
@@ -201,7 +201,7 @@ func TestPrepareAdoptsAndOpensPorts(t *testing.T) {
 	sg := e.f.sgs[pr.SecurityGroup]
 	key := e.f.keys["us-east-1|gpuprov-prep"]
 	e.f.mu.Unlock()
-	shared := provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}})
+	shared := provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}}, nil)
 	if sg == nil || sg.Name != shared || sg.Tags["gpuprov"] != "" || sg.Tags["gpuprov-installation"] != installation ||
 		sg.Tags[provider.LabelShared] != "true" || !slices.Equal(sg.Rules, []string{"tcp/22", "tcp/6443"}) {
 		t.Fatalf("security group %+v", sg)

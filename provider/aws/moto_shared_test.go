@@ -241,7 +241,7 @@ func TestMotoSharedGroup(t *testing.T) {
 		t.Fatalf("group %s not listed by its tags", a)
 	}
 	g := groups[i]
-	name := provider.SharedName(inst, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}})
+	name := provider.SharedName(inst, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}}, nil)
 	var rules []string
 	for _, perm := range g.IpPermissions {
 		for _, r := range perm.IpRanges {

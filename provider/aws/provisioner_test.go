@@ -121,7 +121,7 @@ func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 	}
 	// us-east-1's shared group goes a grace after the core left the region
 	// (no instance of its used it); us-west-2's serves the ready VM.
-	shared := provider.SharedName(db.Installation(), []provider.Port{{Number: 22, Protocol: "tcp"}})
+	shared := provider.SharedName(db.Installation(), []provider.Port{{Number: 22, Protocol: "tcp"}}, nil)
 	want := []string{"key:us-west-2/gpuprov-train", "sg:us-west-2/" + shared}
 	clk.Advance(gpuprov.DefaultSharedGrace)
 	pt.WaitFor(t, fmt.Sprintf("the side resources are %v", want), func() bool { return slices.Equal(f.side(), want) })

@@ -120,7 +120,7 @@ func (p *Provider) isShared(tags []types.Tag) bool {
 // flight that concurrent Prepares of the same group wait for.
 func (p *Provider) securityGroup(ctx context.Context, c *ec2.Client, region, vpc string, spec *provider.InstanceSpec) (string, error) {
 	ports := groupPorts(spec)
-	name := provider.SharedName(p.installation, ports)
+	name := provider.SharedName(p.installation, ports, nil)
 	key := groupKey(region, vpc, name)
 	for again := true; ; again = false {
 		if id, ok := p.groups.get(key); ok {

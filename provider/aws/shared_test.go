@@ -99,7 +99,7 @@ func TestSharedGroupIsMadeOncePerPortSet(t *testing.T) {
 		t.Fatalf("fake holds shared groups %+v, want one", groups)
 	}
 	sg := groups[0]
-	name := provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}})
+	name := provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}}, nil)
 	if sg.Name != name || sg.Tags["Name"] != name || sg.Tags[provider.LabelInstallation] != installation ||
 		sg.Tags[provider.LabelShared] != "true" || len(sg.Tags) != 3 || !slices.Equal(sg.Rules, []string{"tcp/22", "tcp/6443"}) {
 		t.Fatalf("shared group %+v; want %s tagged with Name, the installation and %s only, opening tcp/22 and tcp/6443",
@@ -190,7 +190,7 @@ func TestSharedGroupConcurrentFirstPrepares(t *testing.T) {
 // them. Rules it has are not sent again. A group of that name that is not
 // this installation's shared group is refused.
 func TestSharedGroupAdoptedAndCompleted(t *testing.T) {
-	name := provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}})
+	name := provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}}, nil)
 	shared := map[string]string{"Name": name, provider.LabelInstallation: installation, provider.LabelShared: "true"}
 	for _, tc := range []struct {
 		name       string
@@ -407,7 +407,7 @@ func TestCleanupRemovesAPerVMGroupFromBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	shared := securityGroupOf(t, prep)
-	sharedName := provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}})
+	sharedName := provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}}, nil)
 	lookalike := sharedName[len("gpuprov-"):]
 
 	err = e.p.Cleanup(ctx, o.Location, "old")

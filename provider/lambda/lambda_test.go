@@ -64,7 +64,7 @@ func TestPrepareRegistersKeyAndRulesetOnce(t *testing.T) {
 		t.Fatalf("keys %v, want [%s]", got, name)
 	}
 	// The ruleset is the installation's for these ports, not the VM's.
-	shared := provider.SharedName(installation, s.OpenPorts)
+	shared := provider.SharedName(installation, s.OpenPorts, nil)
 	if got := e.api.Rulesets(); !slices.Equal(got, []string{shared}) {
 		t.Fatalf("rulesets %v, want [%s]", got, shared)
 	}
@@ -277,7 +277,7 @@ func TestCleanupDeletesExactlyTheVMsResources(t *testing.T) {
 		t.Fatalf("keys after cleanup %v, want only %s", got, keep)
 	}
 	// The shared ruleset is left to CleanupShared: keep's Prepare names it.
-	if got, want := e.api.Rulesets(), []string{provider.SharedName(installation, spec("keep").OpenPorts)}; !slices.Equal(got, want) {
+	if got, want := e.api.Rulesets(), []string{provider.SharedName(installation, spec("keep").OpenPorts, nil)}; !slices.Equal(got, want) {
 		t.Fatalf("rulesets after cleanup %v, want %v", got, want)
 	}
 	if n := len(e.api.Calls(http.MethodDelete, "/firewall-rulesets/")); n != 0 {

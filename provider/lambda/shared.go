@@ -80,7 +80,7 @@ func (p *Provider) sharedRuleset(ctx context.Context, region string, ports []pro
 	if err != nil {
 		return "", "", err
 	}
-	name = provider.SharedName(p.base.Installation, ports)
+	name = provider.SharedName(p.base.Installation, ports, nil)
 	key := rulesetKey(region, name)
 	if id, ok := p.rulesets.get(key); ok {
 		return id, name, nil
@@ -172,8 +172,8 @@ func (p *Provider) ownShared(rs wireRuleset) bool {
 		ports = append(ports, provider.Port{Number: r.PortRange[0], Protocol: r.Protocol})
 	}
 	withoutSSH := slices.DeleteFunc(slices.Clone(ports), func(pt provider.Port) bool { return pt == ssh })
-	return provider.SharedName(p.base.Installation, withoutSSH) == rs.Name ||
-		provider.SharedName(p.base.Installation, ports) == rs.Name
+	return provider.SharedName(p.base.Installation, withoutSSH, nil) == rs.Name ||
+		provider.SharedName(p.base.Installation, ports, nil) == rs.Name
 }
 
 // sharedGone answers a launch refused with global/object-does-not-exist

@@ -21,7 +21,7 @@ func TestOwnShared(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return wireRuleset{Name: provider.SharedName(inst, norm), Rules: rules}
+		return wireRuleset{Name: provider.SharedName(inst, norm, nil), Rules: rules}
 	}
 	k8s := provider.Port{Number: 6443, Protocol: "tcp"}
 	wg := provider.Port{Number: 51820, Protocol: "UDP"}

@@ -77,7 +77,7 @@ func TestVMsShareOneRulesetPerRegionAndPorts(t *testing.T) {
 	if _, err := e.p.Create(ctx, &o, prepB, sb); err != nil {
 		t.Fatal(err)
 	}
-	shared := provider.SharedName(installation, sb.OpenPorts)
+	shared := provider.SharedName(installation, sb.OpenPorts, nil)
 	if got := e.api.Rulesets(); !slices.Equal(got, []string{shared}) {
 		t.Fatalf("rulesets %v, want [%s]", got, shared)
 	}
@@ -118,7 +118,7 @@ func TestVMsShareOneRulesetPerRegionAndPorts(t *testing.T) {
 		}
 		made = append(made, in.Name+"@"+in.Region)
 	}
-	other := provider.SharedName(installation, sc.OpenPorts)
+	other := provider.SharedName(installation, sc.OpenPorts, nil)
 	if want := []string{shared + "@us-east-1", other + "@us-east-1", shared + "@us-south-1"}; !slices.Equal(made, want) {
 		t.Fatalf("rulesets made %v, want %v", made, want)
 	}
@@ -185,7 +185,7 @@ func TestCleanupSharedLeavesARulesetInUse(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, lambda.Config{LaunchInterval: 1})
 	o, id := e.launch(t, spec("train"))
-	shared := provider.SharedName(installation, spec("train").OpenPorts)
+	shared := provider.SharedName(installation, spec("train").OpenPorts, nil)
 
 	// What is not this installation's shared ruleset.
 	otherInst, err := lambda.New(lambda.Config{APIKey: apiKey}, lambda.WithInstallation("inst-other"), lambda.WithHTTP(base, e.Client()))
@@ -195,11 +195,11 @@ func TestCleanupSharedLeavesARulesetInUse(t *testing.T) {
 	if _, err := otherInst.Prepare(ctx, &o, spec("train")); err != nil {
 		t.Fatal(err)
 	}
-	theirs := provider.SharedName("inst-other", spec("train").OpenPorts)
+	theirs := provider.SharedName("inst-other", spec("train").OpenPorts, nil)
 	user := `{"name":"my-ruleset","region":"us-east-1","rules":[{"protocol":"tcp","port_range":[443,443],"source_network":"0.0.0.0/0","description":"web"}]}`
 	// A ruleset that looks shared but whose rules were edited (443 added):
 	// its name is no longer what its ports hash to.
-	edited := `{"name":"` + provider.SharedName(installation, []provider.Port{{Number: 8080, Protocol: "tcp"}}) + `","region":"us-east-1","rules":[` +
+	edited := `{"name":"` + provider.SharedName(installation, []provider.Port{{Number: 8080, Protocol: "tcp"}}, nil) + `","region":"us-east-1","rules":[` +
 		`{"protocol":"tcp","port_range":[22,22],"source_network":"0.0.0.0/0","description":"gpuprov: ssh"},` +
 		`{"protocol":"tcp","port_range":[8080,8080],"source_network":"0.0.0.0/0","description":"gpuprov: 8080/tcp"},` +
 		`{"protocol":"tcp","port_range":[443,443],"source_network":"0.0.0.0/0","description":"web"}]}`
@@ -288,7 +288,7 @@ func TestCleanupSharedOfEveryRegion(t *testing.T) {
 	if err := p.CleanupShared(ctx, provider.Location{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := e.api.Rulesets(), []string{provider.SharedName(installation, spec("vm").OpenPorts)}; !slices.Equal(got, want) {
+	if got, want := e.api.Rulesets(), []string{provider.SharedName(installation, spec("vm").OpenPorts, nil)}; !slices.Equal(got, want) {
 		t.Fatalf("rulesets %v, want the us-west-3 one only (%v)", got, want)
 	}
 	e.saw(t, "DELETE /api/v1/firewall-rulesets/{id} 404")
@@ -408,7 +408,7 @@ func TestCleanupStillRemovesAPerVMRuleset(t *testing.T) {
 	if rs := rulesetsOf(e.api)["gpuprov-old"]; !slices.Equal(rs, []string{made.Data.ID}) {
 		t.Fatalf("instance rulesets %v, want the per-VM one", rs)
 	}
-	shared := provider.SharedName(installation, s.OpenPorts)
+	shared := provider.SharedName(installation, s.OpenPorts, nil)
 	// While the instance lives its own ruleset is in use: Transient.
 	kindOf(t, e.p.Cleanup(ctx, o.Location, "old"), provider.Transient)
 	if err := e.p.Delete(ctx, o.Location, "old", []string{id}); err != nil {

@@ -40,6 +40,7 @@ type Call struct {
 	IDs      []string          // for delete
 	Token    string            // for create
 	Labels   map[string]string // for prepare and create: spec.Labels()
+	Sources  []string          // for prepare and create: spec.SourceRanges
 	DiskGB   int               // for create: the offer's disk
 	Err      error             // what the fake answered
 	At       time.Time         // when, on the fake's clock
@@ -268,7 +269,7 @@ func sideKey(vm string, loc provider.Location) string { return vm + "|" + loc.St
 func (f *Fake) Prepare(ctx context.Context, o *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c := Call{Op: OpPrepare, VM: spec.VM, Location: o.Location, Offer: o.Key(), Labels: spec.Labels()}
+	c := Call{Op: OpPrepare, VM: spec.VM, Location: o.Location, Offer: o.Key(), Labels: spec.Labels(), Sources: spec.SourceRanges}
 	if err, _, ok := f.script(c); ok && err != nil {
 		c.Err = err
 		f.log(c)
@@ -284,7 +285,7 @@ func (f *Fake) Create(ctx context.Context, o *provider.Offer, prepared json.RawM
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := Call{Op: OpCreate, VM: spec.VM, Location: o.Location, Offer: o.Key(), Token: spec.IdempotencyToken,
-		Labels: spec.Labels(), DiskGB: o.DiskGB}
+		Labels: spec.Labels(), Sources: spec.SourceRanges, DiskGB: o.DiskGB}
 	serr, land, matched := f.script(c)
 	if matched && serr != nil && !land {
 		c.Err = serr

@@ -16,7 +16,7 @@ import (
 // did: the thousandth VM of a region makes no firewall call.
 func (p *Provider) sharedFirewall(ctx context.Context, region string, ports []provider.Port) (string, error) {
 	all := append([]provider.Port{{Number: 22, Protocol: "tcp"}}, ports...)
-	name := provider.SharedName(p.installation, all)
+	name := provider.SharedName(p.installation, all, nil)
 	key := region + "/" + name
 	p.firewallMu.Lock()
 	known := p.firewalls[key]

@@ -87,7 +87,7 @@ func TestLifecycleWithSSH(t *testing.T) {
 	}
 	// The firewall is the installation's, shared by every VM with these
 	// ports in the region: no VM label.
-	if fw := res.Firewalls[0]; fw.Name != provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}}) ||
+	if fw := res.Firewalls[0]; fw.Name != provider.SharedName(installation, []provider.Port{{Number: 22, Protocol: "tcp"}, {Number: 6443, Protocol: "tcp"}}, nil) ||
 		fw.Region != "us-east" || len(fw.Ports) != 2 || fw.Ports[1].Number != 6443 ||
 		fw.Labels[provider.LabelVM] != "" || fw.Labels[provider.LabelShared] != "true" || fw.Labels[provider.LabelInstallation] != installation {
 		t.Fatalf("firewall %+v", fw)

@@ -1,0 +1,157 @@
+package gpuprov_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
+	pt "github.com/org/gpuprov/provider/providertest"
+)
+
+// scopeFakes: one cloud with two GPU types in one zone, on-demand and Spot,
+// in two families, and a second region; a zonal stockout of one type or a
+// Spot-only quota must leave the rest open.
+func scopeFakes(t *testing.T) *env {
+	t.Helper()
+	e := newEnv(t)
+	a := e.fake("a")
+	mk := func(region, zone, typ, family string, spot bool, price float64) provider.Offer {
+		o := pt.Offer(region, zone, typ, "H100-80GB", 1, price)
+		o.Family, o.Spot = family, spot
+		return o
+	}
+	a.Offers = []provider.Offer{
+		mk("us-east", "us-east-1a", "h100.spot", "p5", true, 1.00),
+		mk("us-east", "us-east-1a", "h100.1", "p5", false, 2.00),
+		mk("us-east", "us-east-1a", "h100.nd", "nd", false, 2.05),
+		mk("us-east", "us-east-1b", "h100.1", "p5", false, 2.10),
+		mk("eu-west", "eu-west-1a", "h100.spot", "p5", true, 3.00),
+	}
+	return e
+}
+
+// TestBlockScopes: a block covers what the error names and nothing more — a
+// stockout of one type in a zone leaves the other type in that zone open, a
+// Spot-only quota leaves on-demand open in the region, a family quota leaves
+// another family open — and an error's BlockFor sets the block's length.
+func TestBlockScopes(t *testing.T) {
+	ctx := context.Background()
+	type want struct {
+		offer string // where the VM lands
+		block string
+		for_  time.Duration
+	}
+	for _, tc := range []struct {
+		name  string
+		match string // offer key prefix the rule refuses
+		err   *provider.Error
+		spot  provider.SpotPolicy
+		want  want
+	}{
+		{"a stockout of one type leaves the other type in the zone", "a|us-east|us-east-1a|h100.1|od",
+			&provider.Error{Kind: provider.Capacity, Op: "create", Provider: "a", Err: errors.New("ZonalResourceExhausted for h100.1")},
+			provider.OnDemand, want{"a|us-east|us-east-1a|h100.nd|od", "offer:a|us-east|us-east-1a|h100.1|od", 0}},
+		{"a Spot-only quota leaves on-demand in the region", "a|us-east|us-east-1a|h100.spot|spot",
+			&provider.Error{Kind: provider.Quota, Op: "create", Provider: "a", Err: errors.New("LowPriorityCores"), Block: provider.ScopeSpot},
+			provider.SpotOrOnDemand, want{"a|us-east|us-east-1a|h100.1|od", "spot:a|us-east", 0}},
+		{"a family quota leaves the other family", "a|us-east|us-east-1a|h100.1|od",
+			&provider.Error{Kind: provider.Quota, Op: "create", Provider: "a", Err: errors.New("family quota"), Block: provider.ScopeFamily},
+			provider.OnDemand, want{"a|us-east|us-east-1a|h100.nd|od", "family:a|us-east|p5|od", 0}},
+		{"BlockFor sets the length", "a|us-east|us-east-1a|h100.1|od",
+			&provider.Error{Kind: provider.Unavailable, Op: "create", Provider: "a", Err: errors.New("SkuNotAvailable"), BlockFor: 23 * time.Hour},
+			provider.OnDemand, want{"a|us-east|us-east-1a|h100.nd|od", "offer:a|us-east|us-east-1a|h100.1|od", 23 * time.Hour}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := scopeFakes(t)
+			e.fake("a").Script(&pt.Rule{Op: pt.OpCreate, Match: func(c *pt.Call) bool { return c.Offer == tc.match }, Err: tc.err})
+			req := h100("vm")
+			req.Spot, req.Providers = tc.spot, []string{"a"}
+			vm, err := e.p.Launch(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var at string
+			for _, c := range e.fake("a").Calls(pt.OpCreate) {
+				if c.Err == nil {
+					at = c.Offer
+				}
+			}
+			if vm.Provider != "a" || at != tc.want.offer {
+				t.Errorf("landed on %s, want %s", at, tc.want.offer)
+			}
+			blocks, err := e.j.Blocks(ctx, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for _, b := range blocks {
+				keys = append(keys, b.Key)
+				if b.Key == tc.want.block && tc.want.for_ != 0 {
+					if got := b.Until.Sub(b.CreatedAt); got != tc.want.for_ {
+						t.Errorf("block %s lasts %v, want %v", b.Key, got, tc.want.for_)
+					}
+				}
+			}
+			if !slices.Equal(keys, []string{tc.want.block}) {
+				t.Errorf("blocks %v, want [%s]", keys, tc.want.block)
+			}
+		})
+	}
+}
+
+// TestSourceRanges: a request's source ranges are checked before anything is
+// journaled, reach Prepare and Create, and leave out a provider that cannot
+// restrict who connects, with the reason.
+func TestSourceRanges(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	for _, tc := range []struct {
+		ranges []string
+		want   string
+	}{
+		{[]string{"203.0.113.0/24", "office"}, `"office" is not a CIDR`},
+		{[]string{"203.0.113.7/24"}, "did you mean 203.0.113.0/24"},
+		{[]string{"203.0.113.7"}, "not a CIDR"},
+	} {
+		req := h100("fenced")
+		req.SourceRanges = tc.ranges
+		_, err := e.p.Launch(ctx, req)
+		var re *gpuprov.RequestError
+		if !errors.As(err, &re) || re.Field != "source_ranges" || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("source ranges %v: %v; want a source_ranges RequestError saying %q", tc.ranges, err, tc.want)
+		}
+	}
+	if _, err := e.j.GetVM(ctx, "fenced"); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("a refused request was journaled: %v", err)
+	}
+
+	e.fake("a").Caps.Unsupported = append(e.fake("a").Caps.Unsupported, provider.FeatureSourceRanges)
+	e.p = e.provisioner(e.j) // capabilities are read when a provider is added
+	req := h100("fenced")
+	req.SourceRanges = []string{"203.0.113.0/24"}
+	res, err := e.p.Plan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perr := res.Errors["a"]; perr == nil || !strings.Contains(perr.Error(), "cannot restrict who may connect") {
+		t.Errorf("provider a (no source ranges) was not left out with the reason: %v", res.Errors)
+	}
+	vm, err := e.p.Launch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vm.Provider != "b" {
+		t.Fatalf("launched on %s; only b can restrict its sources", vm.Provider)
+	}
+	for _, c := range e.fake("b").Calls(pt.OpPrepare, pt.OpCreate) {
+		if !slices.Equal(c.Sources, req.SourceRanges) {
+			t.Errorf("%s on b got sources %v, want %v", c.Op, c.Sources, req.SourceRanges)
+		}
+	}
+}
