@@ -74,7 +74,7 @@ func (r *PlanResult) errorSummary() string {
 	if len(r.Errors) > 0 {
 		var es []string
 		for _, name := range slices.Sorted(maps.Keys(r.Errors)) {
-			es = append(es, fmt.Sprintf("%s: %v", name, r.Errors[name]))
+			es = append(es, ofProvider(name, r.Errors[name]).Error())
 		}
 		parts = append(parts, "plan failed on "+strings.Join(es, "; "))
 	}
@@ -82,6 +82,16 @@ func (r *PlanResult) errorSummary() string {
 		return ""
 	}
 	return "; " + strings.Join(parts, "; ")
+}
+
+// ofProvider returns err as an error of the named provider: as it is when it
+// is that provider's *provider.Error (which names it already), else with the
+// name in front, so that every message names the provider once.
+func ofProvider(name string, err error) error {
+	if pe, ok := errors.AsType[*provider.Error](err); ok && pe.Provider == name {
+		return err
+	}
+	return fmt.Errorf("%s: %w", name, err)
 }
 
 // usd prints a price as a user reads it: cents as usual ($2.50), and every
@@ -168,7 +178,7 @@ func (p *Provisioner) plan(ctx context.Context, req *Request) (*PlanResult, erro
 	if len(entry.errs) == len(names) && len(names) > 0 {
 		var all []error
 		for _, n := range names {
-			all = append(all, fmt.Errorf("%s: %w", n, entry.errs[n]))
+			all = append(all, ofProvider(n, entry.errs[n]))
 		}
 		return nil, fmt.Errorf("gpuprov: every provider's Plan failed: %w", errors.Join(all...))
 	}

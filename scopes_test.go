@@ -155,3 +155,25 @@ func TestSourceRanges(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanErrorsNameTheProviderOnce: a provider's failed Plan is reported
+// with its name once, whether every provider failed or only some did (the
+// *provider.Error names its provider already).
+func TestPlanErrorsNameTheProviderOnce(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.fake("a").Script(&pt.Rule{Op: pt.OpPlan, Err: provider.Errorf(provider.Credentials, "a", "plan", "HTTP 401 unauthorized")})
+	cheap := h100("x")
+	cheap.MaxPricePerHour = 0.5 // below b's offer: no offer fits
+	if _, err := e.p.Launch(ctx, cheap); err == nil ||
+		!strings.Contains(err.Error(), "plan failed on a: plan: credentials: HTTP 401") || strings.Contains(err.Error(), "a: a:") {
+		t.Errorf("launch with no offer: %v; want the plan error of a named once", err)
+	}
+	e.fake("b").Script(&pt.Rule{Op: pt.OpPlan, Err: errors.New("connection refused")})
+	e.p = e.provisioner(e.j) // a fresh plan cache
+	_, err := e.p.Plan(ctx, h100("y"))
+	want := "every provider's Plan failed: a: plan: credentials: HTTP 401 unauthorized\nb: connection refused"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Plan with every provider failing: %v; want %q", err, want)
+	}
+}

@@ -376,7 +376,7 @@ func testPruneBesideWrites(t *testing.T, h *harness) {
 		for {
 			res, err := p.Prune(ctx, journal.PruneOptions{Before: pruneBefore, Now: t0, Batch: 2})
 			if err != nil {
-				fail(fmt.Errorf("Prune: %w", err))
+				fail(fmt.Errorf("calling Prune: %w", err))
 				return
 			}
 			pruned.VMs += res.VMs

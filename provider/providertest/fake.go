@@ -209,15 +209,15 @@ func (f *Fake) Preempt(id string) {
 }
 
 // script records c and returns the scripted answer, if a rule matches.
-func (f *Fake) script(c Call) (err error, land, matched bool) {
+func (f *Fake) script(c Call) (land, matched bool, err error) {
 	for _, r := range f.rules {
 		if r.Op != c.Op || (r.Match != nil && !r.Match(&c)) || (r.Times > 0 && r.used >= r.Times) {
 			continue
 		}
 		r.used++
-		return r.Err, r.Land, true
+		return r.Land, true, r.Err
 	}
-	return nil, false, false
+	return false, false, nil
 }
 
 func (f *Fake) log(c Call) {
@@ -246,7 +246,7 @@ func (f *Fake) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provi
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := Call{Op: OpPlan}
-	if err, _, ok := f.script(c); ok && err != nil {
+	if _, ok, err := f.script(c); ok && err != nil {
 		c.Err = err
 		f.log(c)
 		return nil, err
@@ -270,7 +270,7 @@ func (f *Fake) Prepare(ctx context.Context, o *provider.Offer, spec *provider.In
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := Call{Op: OpPrepare, VM: spec.VM, Location: o.Location, Offer: o.Key(), Labels: spec.Labels(), Sources: spec.SourceRanges}
-	if err, _, ok := f.script(c); ok && err != nil {
+	if _, ok, err := f.script(c); ok && err != nil {
 		c.Err = err
 		f.log(c)
 		return nil, err
@@ -286,7 +286,7 @@ func (f *Fake) Create(ctx context.Context, o *provider.Offer, prepared json.RawM
 	defer f.mu.Unlock()
 	c := Call{Op: OpCreate, VM: spec.VM, Location: o.Location, Offer: o.Key(), Token: spec.IdempotencyToken,
 		Labels: spec.Labels(), Sources: spec.SourceRanges, DiskGB: o.DiskGB}
-	serr, land, matched := f.script(c)
+	land, matched, serr := f.script(c)
 	if matched && serr != nil && !land {
 		c.Err = serr
 		f.log(c)
@@ -355,7 +355,7 @@ func (f *Fake) Observe(ctx context.Context, loc provider.Location, vm string) ([
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := Call{Op: OpObserve, VM: vm, Location: loc}
-	if err, _, ok := f.script(c); ok && err != nil {
+	if _, ok, err := f.script(c); ok && err != nil {
 		c.Err = err
 		f.log(c)
 		return nil, err
@@ -387,7 +387,7 @@ func (f *Fake) Delete(ctx context.Context, loc provider.Location, vm string, ids
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := Call{Op: OpDelete, VM: vm, Location: loc, IDs: ids}
-	if err, _, ok := f.script(c); ok && err != nil {
+	if _, ok, err := f.script(c); ok && err != nil {
 		c.Err = err
 		f.log(c)
 		return err
@@ -407,7 +407,7 @@ func (f *Fake) Cleanup(ctx context.Context, loc provider.Location, vm string) er
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := Call{Op: OpCleanup, VM: vm, Location: loc}
-	if err, _, ok := f.script(c); ok && err != nil {
+	if _, ok, err := f.script(c); ok && err != nil {
 		c.Err = err
 		f.log(c)
 		return err
@@ -422,7 +422,7 @@ func (f *Fake) List(ctx context.Context, loc provider.Location) ([]provider.Obse
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := Call{Op: OpList, Location: loc}
-	if err, _, ok := f.script(c); ok && err != nil {
+	if _, ok, err := f.script(c); ok && err != nil {
 		c.Err = err
 		f.log(c)
 		return nil, err
