@@ -411,11 +411,12 @@ func (co *coordinator) elect(ctx context.Context, n Node, c Conn) (info JoinInfo
 	// The election is journaled before Serve touches the machine, so that
 	// after a crash mid-Serve the node that may already run a server keeps
 	// the role instead of a second node serving too.
-	if err := co.p.j.Commit(context.WithoutCancel(ctx), &journal.Step{Events: []journal.Event{{
-		Time: co.p.clock.Now(), VM: n.VM, Type: EvClusterServer, Owner: co.p.owner,
-		Message: "server of cluster " + co.cluster}}}); err != nil {
+	elected := []journal.Event{{Time: co.p.clock.Now(), VM: n.VM, Type: EvClusterServer, Owner: co.p.owner,
+		Message: "server of cluster " + co.cluster}}
+	if err := co.p.j.Commit(context.WithoutCancel(ctx), &journal.Step{Events: elected}); err != nil {
 		return JoinInfo{}, false, err
 	}
+	co.p.emit(elected)
 	info, err = co.p.joiner.Serve(ctx, n, c)
 	if err != nil {
 		return JoinInfo{}, false, err

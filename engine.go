@@ -58,6 +58,9 @@ type driver struct {
 	// joinCluster says the VM must serve or join its cluster to be ready.
 	joinCluster bool
 	lastErr     error     // why this process's last attempt failed
+	// lastAttempt is why the last journaled attempt failed, for a driver
+	// that took the VM over before this process made an attempt of its own.
+	lastAttempt string
 	released    bool      // the last write freed the lease
 	seen        time.Time // when the last observation used started
 	// intent is a teardown intent that waits for the teardown's first
@@ -264,6 +267,11 @@ func (d *driver) provision(ctx context.Context) error {
 			return err
 		}
 	}
+	for _, a := range attempts {
+		if a.Error != "" {
+			d.lastAttempt = a.Error // attempts come in order
+		}
+	}
 	for i := range attempts {
 		if a := &attempts[i]; a.N == d.row.Attempt && a.State != journal.AttemptTornDown {
 			// Taken over from the journal: its instance may use the
@@ -350,7 +358,7 @@ func (d *driver) provision(ctx context.Context) error {
 				return err
 			}
 			err = d.withLast(err)
-			if d.req.WaitForCapacity && errors.Is(err, ErrNoOffers) {
+			if d.req.WaitForCapacity && errors.Is(err, ErrNoOffers) && (d.req.WaitForOffers || !d.plan.noneFit()) {
 				if werr := d.waitForCapacity(ctx, err); werr != nil {
 					return werr
 				}
@@ -395,11 +403,13 @@ func (d *driver) attempt(ctx context.Context, a *journal.Attempt, resumed bool) 
 // last attempt failed: the cause a caller acts on (a refused SSH key, a
 // quota) is there, not only in the events.
 func (d *driver) withLast(err error) error {
+	// Not the VM's LastError: while it waits, that is the waiting reason,
+	// which holds the previous round's "last attempt failed" already.
 	switch {
 	case d.lastErr != nil:
 		return fmt.Errorf("%w; the last attempt failed: %w", err, d.lastErr)
-	case d.row.LastError != "": // resumed after a restart: the journaled text
-		return fmt.Errorf("%w; the last attempt failed: %s", err, d.row.LastError)
+	case d.lastAttempt != "": // taken over: the journaled text
+		return fmt.Errorf("%w; the last attempt failed: %s", err, d.lastAttempt)
 	}
 	return err
 }

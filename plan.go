@@ -47,6 +47,23 @@ type PlanResult struct {
 // maxBlockedShown bounds the blocked offers an error lists.
 const maxBlockedShown = 3
 
+// noneFit reports whether the request's filters left no offer at all while
+// every provider planned or refused the request outright (InvalidRequest: it
+// cannot put labels, restrict sources, ...): there is nothing to wait for,
+// only a request to change. A provider whose Plan failed otherwise may have
+// offers it could not say.
+func (r *PlanResult) noneFit() bool {
+	if r == nil || len(r.Offers) > 0 {
+		return false
+	}
+	for _, err := range r.Errors {
+		if provider.KindOf(err) != provider.InvalidRequest {
+			return false
+		}
+	}
+	return true
+}
+
 // errorSummary is what an error about this plan adds after its counts: why
 // it is empty, which offers are blocked until when, and which providers'
 // Plan failed. It starts with "; " unless empty.

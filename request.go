@@ -95,7 +95,18 @@ type Request struct {
 	// waits, the only cloud calls are plan refreshes, at most one per
 	// WithCapacityPoll interval (default 1 minute) plus one per block that
 	// expires. Set a Timeout that fits the wait (hours, for scarce GPUs).
+	//
+	// Waiting is for capacity that exists and is out or blocked: when the
+	// request's filters (price cap, regions, GPU, memory, ...) leave no
+	// offer at all, and no provider's Plan failed, the launch fails at
+	// once with ErrNoOffers naming the filter that emptied the plan,
+	// unless WaitForOffers is set too.
 	WaitForCapacity bool `json:"wait_for_capacity,omitempty"`
+	// WaitForOffers, with WaitForCapacity, also waits while no offer fits
+	// the request at all, for offers that may appear later (a marketplace
+	// listing, a price that drops under the cap); the waiting line says
+	// so. Without WaitForCapacity it is refused.
+	WaitForOffers bool `json:"wait_for_offers,omitempty"`
 	// TTL deletes the VM once it has been ready this long, whether or not
 	// the launching process still runs: the expiry is journaled, and every
 	// Provisioner that runs Reap (or Recover, or WithReaper) on the journal
@@ -209,6 +220,9 @@ func (r *Request) normalize(known map[string]bool) error {
 		if p.Number < 1 || p.Number > 65535 || (p.Protocol != "tcp" && p.Protocol != "udp") {
 			return &RequestError{"open_ports", fmt.Sprintf("%v: want 1-65535 and tcp or udp", p)}
 		}
+	}
+	if r.WaitForOffers && !r.WaitForCapacity {
+		return &RequestError{"wait_for_offers", "needs wait_for_capacity: it says what else to wait for"}
 	}
 	if err := provider.ValidateSourceRanges(r.SourceRanges); err != nil {
 		return &RequestError{"source_ranges", err.Error()}

@@ -69,7 +69,10 @@ func (d *driver) waitForCapacity(ctx context.Context, why error) error {
 	}
 	reason := strings.TrimPrefix(why.Error(), "gpuprov: ")
 	summary := fmt.Sprintf("%d offers blocked", blocked)
-	if blocked > 0 {
+	switch {
+	case d.plan.noneFit(): // only with WaitForOffers
+		summary = "no offer fits the request yet, waiting for new offers too"
+	case blocked > 0:
 		summary += ", cheapest " + usd(cheapest) + "/h"
 	}
 	msg := fmt.Sprintf("waiting for capacity: %s, next try at %s: %s", summary, next.UTC().Format(time.RFC3339), reason)
