@@ -57,7 +57,7 @@ type driver struct {
 	join     func(ctx context.Context, n Node, c Conn) error // cluster nodes only
 	// joinCluster says the VM must serve or join its cluster to be ready.
 	joinCluster bool
-	lastErr     error     // why this process's last attempt failed
+	lastErr     error // why this process's last attempt failed
 	// lastAttempt is why the last journaled attempt failed, for a driver
 	// that took the VM over before this process made an attempt of its own.
 	lastAttempt string
