@@ -268,7 +268,7 @@ func (p *Provisioner) launchPlaced(ctx context.Context, req ClusterRequest, reqs
 // normalized node request) whose location (per placement) is not in tried
 // and not blocked, on a provider that can place it.
 func (p *Provisioner) placeCluster(ctx context.Context, placement Placement, nr Request, tried map[string]bool) (string, *provider.Offer, error) {
-	res, err := p.plan(ctx, &nr)
+	res, err := p.plan(ctx, &nr, time.Time{})
 	if err != nil {
 		return "", nil, err
 	}

@@ -61,6 +61,10 @@ type driver struct {
 	// lastAttempt is why the last journaled attempt failed, for a driver
 	// that took the VM over before this process made an attempt of its own.
 	lastAttempt string
+	// planSince: the plans this driver uses are made no earlier (set when
+	// it begins to wait for capacity, so that its next try sees new offers
+	// however long the plan cache keeps them).
+	planSince time.Time
 	released    bool      // the last write freed the lease
 	seen        time.Time // when the last observation used started
 	// intent is a teardown intent that waits for the teardown's first

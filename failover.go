@@ -401,7 +401,7 @@ func restocked(o *provider.Offer, b journal.Block, planned time.Time) bool {
 // launch waiting for capacity also takes an offer whose stockout block a
 // fresh plan shows restocked.
 func (d *driver) nextOffer(ctx context.Context) (*provider.Offer, error) {
-	res, err := d.p.plan(ctx, &d.req)
+	res, err := d.p.plan(ctx, &d.req, d.planSince)
 	if err != nil {
 		return nil, err
 	}

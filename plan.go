@@ -134,7 +134,7 @@ func (p *Provisioner) Plan(ctx context.Context, req Request) (*PlanResult, error
 	if err := req.normalize(p.providerSet()); err != nil {
 		return nil, err
 	}
-	return p.plan(ctx, &req)
+	return p.plan(ctx, &req, time.Time{})
 }
 
 func (p *Provisioner) providerSet() map[string]bool {
@@ -163,8 +163,10 @@ type planEntry struct {
 
 // plan plans across providers in parallel, sharing the result with
 // concurrent and recent launches of the same resource request (a 1,000-VM
-// launch plans once, not 1,000 times). The blocklist is read fresh each time.
-func (p *Provisioner) plan(ctx context.Context, req *Request) (*PlanResult, error) {
+// launch plans once, not 1,000 times). A plan made before since is not
+// shared (a VM back from waiting for capacity wants offers newer than its
+// wait). The blocklist is read fresh each time.
+func (p *Provisioner) plan(ctx context.Context, req *Request, since time.Time) (*PlanResult, error) {
 	names := req.Providers
 	if len(names) == 0 {
 		names = p.Providers()
@@ -177,8 +179,8 @@ func (p *Provisioner) plan(ctx context.Context, req *Request) (*PlanResult, erro
 	}{req.resources(), names, len(req.Labels) > 0, len(req.SourceRanges) > 0})
 	key := string(keyJSON)
 
-	entry, ok := p.plans.get(key, p.clock.Now(), p.planTTL)
-	if !ok {
+	entry, ok := p.plans.get(key, p.clock.Now(), p.planTTL, since)
+	for !ok {
 		v, _, _ := p.plans.group.Do(key, func() (any, error) {
 			// Shared by every waiting launch, so it must not die with the
 			// first caller's context.
@@ -190,7 +192,8 @@ func (p *Provisioner) plan(ctx context.Context, req *Request) (*PlanResult, erro
 			}
 			return e, nil
 		})
-		entry = v.(planEntry)
+		// A flight that began before since is joined, then made again.
+		entry, ok = v.(planEntry), !v.(planEntry).at.Before(since)
 	}
 	if len(entry.errs) == len(names) && len(names) > 0 {
 		var all []error
@@ -216,14 +219,14 @@ func (p *Provisioner) plan(ctx context.Context, req *Request) (*PlanResult, erro
 	return res, nil
 }
 
-func (c *planCache) get(key string, now time.Time, ttl time.Duration) (planEntry, bool) {
+func (c *planCache) get(key string, now time.Time, ttl time.Duration, since time.Time) (planEntry, bool) {
 	if ttl <= 0 {
 		return planEntry{}, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.items[key]
-	if !ok || now.Sub(e.at) > ttl {
+	if !ok || now.Sub(e.at) > ttl || e.at.Before(since) {
 		return planEntry{}, false
 	}
 	return e, true

@@ -25,7 +25,9 @@ const minCapacityWait = time.Second
 // WithCapacityPoll sets how often a VM waiting for capacity refreshes its
 // plan (default DefaultCapacityPoll). Besides these refreshes it tries
 // again when a block on one of its offers expires; it makes no other cloud
-// call while it waits.
+// call while it waits. Each refresh is a plan made after the wait began,
+// not one the plan cache (WithPlanCache) still holds, so a poll shorter
+// than the cache's TTL is honoured.
 func WithCapacityPoll(d time.Duration) Option {
 	return func(p *Provisioner) {
 		if d <= 0 {
@@ -108,6 +110,7 @@ func (d *driver) waitForCapacity(ctx context.Context, why error) error {
 // sleepUntilNextTry sleeps until the waiting VM's journaled next try and
 // opens a new round of tries. Cancelled or out of time, it ends the launch.
 func (d *driver) sleepUntilNextTry(ctx context.Context) error {
+	d.planSince = d.now()
 	if wait := d.row.NextTry.Sub(d.now()); wait > 0 {
 		if err := d.p.clock.Sleep(ctx, wait); err != nil {
 			cause := context.Cause(ctx)

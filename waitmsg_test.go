@@ -116,3 +116,44 @@ func TestWaitingForCapacityThatCannotExist(t *testing.T) {
 		t.Errorf("WaitForOffers without WaitForCapacity: %v; want a RequestError", err)
 	}
 }
+
+// TestCapacityPollIsNotFlooredByThePlanCache: with WithCapacityPoll(1s), a
+// waiting VM sees an offer that appears while it waits at its next poll,
+// not once the shared plan (kept 20 s) expires.
+func TestCapacityPollIsNotFlooredByThePlanCache(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	var appeared time.Time
+	var once sync.Once
+	e.p = e.provisioner(e.j, gpuprov.WithCapacityPoll(time.Second), gpuprov.WithEvents(func(ev gpuprov.Event) {
+		if ev.Type == gpuprov.EvWaiting {
+			once.Do(func() {
+				cheap := e.fake("b").Offers[0]
+				cheap.PricePerHour = 1.00
+				e.fake("b").SetOffers(cheap)
+				appeared = e.clk.Now()
+			})
+		}
+	}))
+	req := h100("bargain")
+	req.MaxPricePerHour, req.WaitForCapacity, req.WaitForOffers, req.Timeout = 1.50, true, true, time.Hour
+	vm, err := e.p.Launch(ctx, req)
+	if err != nil {
+		t.Fatalf("launch: %v", err)
+	}
+	if vm.Provider != "b" {
+		t.Fatalf("launched on %s", vm.Provider)
+	}
+	_, hist, err := e.p.History(ctx, "bargain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range hist {
+		if ev.Type == gpuprov.EvAttempt {
+			if wait := ev.Time.Sub(appeared); wait > 2*time.Second {
+				t.Errorf("the first attempt came %v after the offer appeared; want within a 1 s poll", wait)
+			}
+			break
+		}
+	}
+}

@@ -241,6 +241,14 @@ func (f *Fake) Capabilities() provider.Capabilities {
 	return c
 }
 
+// SetOffers replaces the offers the fake plans, safely while it serves
+// calls (a restock, a price that drops, a new listing).
+func (f *Fake) SetOffers(offers ...provider.Offer) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Offers = offers
+}
+
 // Plan implements provider.CloudProvider.
 func (f *Fake) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provider.Offer, error) {
 	f.mu.Lock()
