@@ -65,8 +65,8 @@ type driver struct {
 	// it begins to wait for capacity, so that its next try sees new offers
 	// however long the plan cache keeps them).
 	planSince time.Time
-	released    bool      // the last write freed the lease
-	seen        time.Time // when the last observation used started
+	released  bool      // the last write freed the lease
+	seen      time.Time // when the last observation used started
 	// intent is a teardown intent that waits for the teardown's first
 	// mutation, or joins its torn-down confirmation (see teardown).
 	intent *journal.Step
