@@ -192,6 +192,9 @@ func (d *driver) commit(ctx context.Context, st *journal.Step) error {
 	if len(st.Blocks) > 0 {
 		d.p.blocksAdded(st.Blocks)
 	}
+	if len(st.Lifts) > 0 {
+		d.p.blocksLifted(st.Lifts)
+	}
 	d.p.emit(st.Events)
 	return nil
 }

@@ -103,5 +103,21 @@ func (d *driver) ready(ctx context.Context, a *journal.Attempt) error {
 		msg += fmt.Sprintf("; expires at %s", d.row.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	return d.commit(ctx, &journal.Step{Update: &d.row, ReleaseLease: true, Attempts: []journal.Attempt{*a},
-		Events: []journal.Event{d.event(EvReady, a, msg)}})
+		Events: []journal.Event{d.event(EvReady, a, msg)}, Lifts: d.liftStockout(ctx, a)})
+}
+
+// liftStockout returns the lift of a stockout block on a's offer made
+// before a's create went out, if there is one: the offer had capacity after
+// all, and the VMs waiting for it should not wait out the block. A block
+// made after the create (another VM found the offer out since) stands.
+func (d *driver) liftStockout(ctx context.Context, a *journal.Attempt) []journal.Lift {
+	var o provider.Offer
+	if a.CreateSent.IsZero() || jsonUnmarshal(a.Offer, &o) != nil {
+		return nil
+	}
+	b, ok := d.p.blockedNow(ctx, &o)
+	if !ok || b.Key != blockKey(&o, provider.ScopeOffer) || b.ErrorKind != provider.Capacity.String() || !b.CreatedAt.Before(a.CreateSent) {
+		return nil
+	}
+	return []journal.Lift{{Key: b.Key, Before: a.CreateSent}}
 }

@@ -555,6 +555,22 @@ func (p *Provisioner) blocksAdded(bs []journal.Block) {
 	c.mu.Unlock()
 }
 
+// blocksLifted drops the lifted blocks from this process's view of the
+// blocklist at once, as the journal did.
+func (p *Provisioner) blocksLifted(ls []journal.Lift) {
+	c := &p.blockCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range ls {
+		if b, ok := c.own[l.Key]; ok && b.CreatedAt.Before(l.Before) {
+			delete(c.own, l.Key)
+		}
+		c.blocks = slices.DeleteFunc(slices.Clone(c.blocks), func(b journal.Block) bool {
+			return b.Key == l.Key && b.CreatedAt.Before(l.Before)
+		})
+	}
+}
+
 // blockAdded returns a channel closed when this process next records a
 // block.
 func (p *Provisioner) blockAdded() <-chan struct{} {

@@ -177,3 +177,54 @@ func TestPlanErrorsNameTheProviderOnce(t *testing.T) {
 		t.Errorf("Plan with every provider failing: %v; want %q", err, want)
 	}
 }
+
+// TestReadyLiftsTheStockoutBlock: an offer blocked for a stockout on which a
+// VM then becomes ready (a waiting launch saw it back in stock) is no longer
+// blocked: the next launch takes it at once instead of waiting out the
+// block, and the journal (which the active-blocks gauge reads) holds no
+// block on it.
+func TestReadyLiftsTheStockoutBlock(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	a := e.fake("a")
+	first := a.Offers[0].Key()
+	a.Script(&pt.Rule{Op: pt.OpCreate, Match: func(c *pt.Call) bool { return c.Offer == first }, Err: pe(provider.Capacity, "none"), Times: 1})
+	if _, err := e.p.Launch(ctx, h100("one")); err != nil {
+		t.Fatal(err)
+	}
+	offerBlocked := func() bool {
+		blocks, err := e.j.Blocks(ctx, e.clk.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(blocks, func(b journal.Block) bool { return b.Key == "offer:"+first })
+	}
+	if !offerBlocked() {
+		t.Fatalf("the stockout did not block %s", first)
+	}
+	restocked := slices.Clone(a.Offers)
+	restocked[0].InStock = true
+	a.SetOffers(restocked...)
+	e.clk.Advance(time.Second)
+	e.p = e.provisioner(e.j) // a plan made after the block
+	req := h100("two")
+	req.WaitForCapacity, req.Timeout = true, time.Hour
+	if _, err := e.p.Launch(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if offerBlocked() {
+		t.Errorf("%s is still blocked after VM two became ready on it", first)
+	}
+	if _, err := e.p.Launch(ctx, h100("three")); err != nil {
+		t.Fatal(err)
+	}
+	var on []string
+	for _, c := range a.Calls(pt.OpCreate) {
+		if c.Err == nil {
+			on = append(on, c.VM+" "+c.Offer)
+		}
+	}
+	if want := []string{"one " + a.Offers[1].Key(), "two " + first, "three " + first}; !slices.Equal(on, want) {
+		t.Errorf("creates %v, want %v", on, want)
+	}
+}

@@ -285,6 +285,18 @@ type Step struct {
 	Events []Event
 	// Blocks are upserted by Key.
 	Blocks []Block
+	// Lifts remove blocks before their Until: each removes the block of its
+	// Key if that block was made before Before (a block made since stands).
+	// Lifts run after Blocks.
+	Lifts []Lift
+}
+
+// Lift removes a block that a later fact contradicts: a stockout block on
+// an offer a VM has since become ready on. Only a block whose CreatedAt is
+// before Before is removed, so a block made after the fact stands.
+type Lift struct {
+	Key    string    `json:"key"`
+	Before time.Time `json:"before"`
 }
 
 // ListOptions filters ListVMs. Zero fields match everything.

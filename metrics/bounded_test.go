@@ -92,7 +92,7 @@ func TestOutOfSetValuesAreOther(t *testing.T) {
 	if got := testutil.ToFloat64(c.failures.WithLabelValues("sim-a", Other)); got != 1000 {
 		t.Errorf("failures of kind %q = %v, want 1000", Other, got)
 	}
-	if got := testutil.ToFloat64(c.calls.WithLabelValues("sim-a", Other, "")); got != 1000 {
+	if got := testutil.ToFloat64(c.calls.WithLabelValues("sim-a", Other, None)); got != 1000 {
 		t.Errorf("calls of op %q = %v, want 1000", Other, got)
 	}
 	if n := len(c.attemptsOf.m) + len(c.failuresOf.m) + len(c.callsOf.m); n > MaxProviders {
@@ -180,7 +180,7 @@ func TestConcurrentFeed(t *testing.T) {
 		"failures":           testutil.ToFloat64(c.failures.WithLabelValues("sim-a", "capacity")),
 		"blocks":             testutil.ToFloat64(c.blocks.WithLabelValues("sim-a", "capacity")),
 		"retries":            testutil.ToFloat64(c.retries.WithLabelValues("sim-b")),
-		"ready":              testutil.ToFloat64(c.launches.WithLabelValues("ready", "")),
+		"ready":              testutil.ToFloat64(c.launches.WithLabelValues("ready", None)),
 		"recoveries":         testutil.ToFloat64(c.recoveries),
 		"teardowns":          testutil.ToFloat64(c.teardowns.WithLabelValues("unavailable")),
 		"calls sim-0..sim-3": sumOver(c.calls, "sim-0", "sim-1", "sim-2", "sim-3"),
@@ -200,7 +200,7 @@ func TestConcurrentFeed(t *testing.T) {
 func sumOver(v *prometheus.CounterVec, providers ...string) float64 {
 	s := 0.0
 	for _, p := range providers {
-		s += testutil.ToFloat64(v.WithLabelValues(p, "observe", ""))
+		s += testutil.ToFloat64(v.WithLabelValues(p, "observe", None))
 	}
 	return s
 }

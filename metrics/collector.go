@@ -119,7 +119,7 @@ func New(opts ...Option) *Collector {
 			Name: "gpuprov_attempt_failures_total", Help: "Attempts that failed, by provider and error kind (capacity, quota, transient, connect, ...).",
 		}, []string{"provider", "error_type"}),
 		launches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpuprov_launches_total", Help: "Launches that ended, by outcome (ready, failed) and, for failed ones, error kind.",
+			Name: "gpuprov_launches_total", Help: "Launches that ended, by outcome (ready, failed) and error kind (none for ready ones).",
 		}, []string{"outcome", "error_type"}),
 		blocks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuprov_blocks_total", Help: "Blocks recorded on an offer, zone, region or provider after a failure, by provider and error kind.",
@@ -155,7 +155,7 @@ func New(opts ...Option) *Collector {
 			"VMs of the journal that are not over (they may hold a machine or get one), by provider and state, read at scrape time.",
 			[]string{"provider", "state"}, nil)
 		c.activeDesc = prometheus.NewDesc("gpuprov_active_blocks",
-			"Blocks of the journal in force, by provider, error kind and scope (offer, zone, region, provider), read at scrape time.",
+			"Blocks of the journal in force, by provider, error kind and scope (offer, zone, region, spot, family, provider), read at scrape time.",
 			[]string{"provider", "error_type", "scope"}, nil)
 	}
 	b := &c.b
@@ -203,7 +203,7 @@ func (c *Collector) Event(e gpuprov.Event) {
 	case gpuprov.EvTeardownError:
 		c.teardownOf.with(key{e.ErrorKind}).Inc()
 	case gpuprov.EvReady:
-		c.launchesOf.with(key{"ready"}).Inc()
+		c.launchesOf.with(key{"ready", ""}).Inc()
 		if start, ok := c.end(e.VM); ok {
 			c.durationOf.with(key{e.Provider}).Observe(max(e.Time.Sub(start), 0).Seconds())
 		}

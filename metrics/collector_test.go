@@ -105,9 +105,9 @@ gpuprov_blocks_total{error_type="capacity",provider="sim-a"} 1
 gpuprov_blocks_total{error_type="quota",provider="sim-a"} 1
 `},
 		{"gpuprov_launches_total", `
-# HELP gpuprov_launches_total Launches that ended, by outcome (ready, failed) and, for failed ones, error kind.
+# HELP gpuprov_launches_total Launches that ended, by outcome (ready, failed) and error kind (none for ready ones).
 # TYPE gpuprov_launches_total counter
-gpuprov_launches_total{error_type="",outcome="ready"} 2
+gpuprov_launches_total{error_type="none",outcome="ready"} 2
 gpuprov_launches_total{error_type="no-offers",outcome="failed"} 1
 `},
 		{"gpuprov_retries_total", `
@@ -204,10 +204,10 @@ func TestCallMetrics(t *testing.T) {
 	compare(t, c, `
 # HELP gpuprov_api_calls_total Cloud primitive calls, by provider, op and error kind (none: it succeeded).
 # TYPE gpuprov_api_calls_total counter
-gpuprov_api_calls_total{error_type="",op="create",provider="sim-a"} 1
+gpuprov_api_calls_total{error_type="none",op="create",provider="sim-a"} 1
 gpuprov_api_calls_total{error_type="capacity",op="create",provider="sim-a"} 1
 gpuprov_api_calls_total{error_type="transient",op="create",provider="sim-a"} 1
-gpuprov_api_calls_total{error_type="",op="plan",provider="sim-a"} 1
+gpuprov_api_calls_total{error_type="none",op="plan",provider="sim-a"} 1
 gpuprov_api_calls_total{error_type="transient",op="observe",provider="sim-b"} 1
 # HELP gpuprov_api_throttled_calls_total Cloud primitive calls the cloud answered with a rate limit (429 or Retry-After), by provider and op.
 # TYPE gpuprov_api_throttled_calls_total counter
@@ -271,6 +271,7 @@ func TestJournalGauges(t *testing.T) {
 			{Key: "offer:sim-a|us-east|us-east-1a|gpu.h100.1x|od", Scope: "offer", Provider: "sim-a", ErrorKind: "capacity", Reason: "no capacity"},
 			{Key: "offer:sim-a|eu-west|eu-west-1b|gpu.h100.1x|od", Scope: "offer", Provider: "sim-a", ErrorKind: "capacity", Reason: "no capacity"},
 			{Key: "region:sim-b|us-central", Scope: "region", Provider: "sim-b", ErrorKind: "quota", Reason: "quota"},
+			{Key: "spot:sim-b|eu-west", Scope: "spot", Provider: "sim-b", ErrorKind: "quota", Reason: "spot quota"},
 		},
 	}
 	c := metrics.New(metrics.WithJournal(j))
@@ -283,10 +284,11 @@ gpuprov_vms{provider="sim-a",state="ready"} 2
 gpuprov_vms{provider="sim-b",state="deleting"} 1
 gpuprov_vms{provider="sim-b",state="ready"} 1
 gpuprov_vms{provider="sim-b",state="waiting"} 1
-# HELP gpuprov_active_blocks Blocks of the journal in force, by provider, error kind and scope (offer, zone, region, provider), read at scrape time.
+# HELP gpuprov_active_blocks Blocks of the journal in force, by provider, error kind and scope (offer, zone, region, spot, family, provider), read at scrape time.
 # TYPE gpuprov_active_blocks gauge
 gpuprov_active_blocks{error_type="capacity",provider="sim-a",scope="offer"} 2
 gpuprov_active_blocks{error_type="quota",provider="sim-b",scope="region"} 1
+gpuprov_active_blocks{error_type="quota",provider="sim-b",scope="spot"} 1
 # HELP gpuprov_journal_read_errors_total Reads of the journal at scrape time that failed; the gauge each feeds (gpuprov_vms, gpuprov_active_blocks) is missing from that scrape.
 # TYPE gpuprov_journal_read_errors_total counter
 gpuprov_journal_read_errors_total 0

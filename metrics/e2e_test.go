@@ -67,13 +67,13 @@ gpuprov_attempt_failures_total{error_type="capacity",provider="sim-a"} 1
 # HELP gpuprov_blocks_total Blocks recorded on an offer, zone, region or provider after a failure, by provider and error kind.
 # TYPE gpuprov_blocks_total counter
 gpuprov_blocks_total{error_type="capacity",provider="sim-a"} 1
-# HELP gpuprov_launches_total Launches that ended, by outcome (ready, failed) and, for failed ones, error kind.
+# HELP gpuprov_launches_total Launches that ended, by outcome (ready, failed) and error kind (none for ready ones).
 # TYPE gpuprov_launches_total counter
-gpuprov_launches_total{error_type="",outcome="ready"} 1
+gpuprov_launches_total{error_type="none",outcome="ready"} 1
 # HELP gpuprov_vms VMs of the journal that are not over (they may hold a machine or get one), by provider and state, read at scrape time.
 # TYPE gpuprov_vms gauge
 gpuprov_vms{provider="sim-b",state="ready"} 1
-# HELP gpuprov_active_blocks Blocks of the journal in force, by provider, error kind and scope (offer, zone, region, provider), read at scrape time.
+# HELP gpuprov_active_blocks Blocks of the journal in force, by provider, error kind and scope (offer, zone, region, spot, family, provider), read at scrape time.
 # TYPE gpuprov_active_blocks gauge
 gpuprov_active_blocks{error_type="capacity",provider="sim-a",scope="offer"} 1
 # HELP gpuprov_recoveries_total VMs this process took over to resume them (Recover).
@@ -108,11 +108,11 @@ gpuprov_recoveries_total 0
 		if got := byKey[[3]string{"sim-a", "create", "capacity"}]; got != 1 {
 			t.Errorf("sim-a creates refused for capacity = %v, want 1 (all calls: %v)", got, byKey)
 		}
-		if got := byKey[[3]string{"sim-b", "create", ""}]; got != 1 {
+		if got := byKey[[3]string{"sim-b", "create", metrics.None}]; got != 1 {
 			t.Errorf("sim-b creates that succeeded = %v, want 1 (all calls: %v)", got, byKey)
 		}
 		for _, prov := range []string{"sim-a", "sim-b"} {
-			if byKey[[3]string{prov, "plan", ""}] == 0 {
+			if byKey[[3]string{prov, "plan", metrics.None}] == 0 {
 				t.Errorf("no plan call of %s counted (all calls: %v)", prov, byKey)
 			}
 		}
@@ -137,9 +137,9 @@ gpuprov_recoveries_total 0
 		t.Errorf("gpuprov_vms has %d series after the delete (%v), want none", n, err)
 	}
 	gatherCompare(t, reg, `
-# HELP gpuprov_launches_total Launches that ended, by outcome (ready, failed) and, for failed ones, error kind.
+# HELP gpuprov_launches_total Launches that ended, by outcome (ready, failed) and error kind (none for ready ones).
 # TYPE gpuprov_launches_total counter
-gpuprov_launches_total{error_type="",outcome="ready"} 1
+gpuprov_launches_total{error_type="none",outcome="ready"} 1
 `, "gpuprov_launches_total")
 }
 

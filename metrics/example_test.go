@@ -77,6 +77,6 @@ func Example() {
 	// gpuprov_attempt_failures_total{error_type=capacity,provider=cheap} 1
 	// gpuprov_attempts_total{provider=cheap} 1
 	// gpuprov_attempts_total{provider=other} 1
-	// gpuprov_launches_total{outcome=ready} 1
+	// gpuprov_launches_total{error_type=none,outcome=ready} 1
 	// gpuprov_vms{provider=other,state=ready} 1
 }

@@ -16,13 +16,17 @@ const MaxProviders = 64
 // bounded set.
 const Other = "other"
 
+// None is the error_type of what did not fail (a ready launch, a call that
+// succeeded): a label value is never empty.
+const None = "none"
+
 // class is the set a label's values are drawn from.
 type class uint8
 
 const (
 	fixed     class = iota // set by this package (outcome): trusted
 	providerC              // a provider id: admitted up to MaxProviders
-	kindC                  // a gpuprov.ErrorKinds name, or ""
+	kindC                  // a gpuprov.ErrorKinds name, or "" (reported as None)
 	opC                    // a gpuprov.Call op
 	stateC                 // a live VM state
 	scopeC                 // a block scope
@@ -37,7 +41,7 @@ var (
 	ops    = setOf(opNames...)
 	states = setOf(string(gpuprov.StatePending), string(gpuprov.StateProvisioning), string(gpuprov.StateWaiting),
 		string(gpuprov.StateReady), string(gpuprov.StateDeleting))
-	scopes = setOf("offer", "zone", "region", "provider")
+	scopes = setOf("offer", "zone", "region", "provider", "spot", "family")
 )
 
 func setOf(vs ...string) map[string]bool {
@@ -64,7 +68,10 @@ func (b *bounds) clean(c class, v string) (string, bool) {
 	case providerC:
 		ok = v == "" || b.admit(v)
 	case kindC:
-		ok = v == "" || kinds[v]
+		if v == "" {
+			return None, true
+		}
+		ok = kinds[v]
 	case opC:
 		ok = ops[v]
 	case stateC:

@@ -218,4 +218,11 @@ func testBlocks(t *testing.T, h *harness) {
 	same.Reason = "same until, new reason"
 	commit(t, j, &journal.Step{Blocks: []journal.Block{same}})
 	equal(t, "Blocks after a block of k1 with the same Until", blocks(t0), []journal.Block{same, k2})
+
+	// A lift removes a block made before its Before, not one made since,
+	// and not another key's; lifting a key with no block is no error.
+	commit(t, j, &journal.Step{Lifts: []journal.Lift{{Key: "k1", Before: same.CreatedAt}}})
+	equal(t, "Blocks after a lift of k1 before it was made", blocks(t0), []journal.Block{same, k2})
+	commit(t, j, &journal.Step{Lifts: []journal.Lift{{Key: "k1", Before: at(2 * time.Minute)}, {Key: "none", Before: at(time.Hour)}}})
+	equal(t, "Blocks after a lift of k1 after it was made", blocks(t0), []journal.Block{k2})
 }

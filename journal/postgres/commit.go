@@ -30,6 +30,7 @@ var (
 	upsertBlock = "INSERT INTO " + blocksTable + " (" + rowcodec.BlockCols + ") VALUES (" + params(1, len(rowcodec.Split(rowcodec.BlockCols))) + ")" +
 		" ON CONFLICT (key) DO UPDATE SET " + excludedList(rowcodec.Split(rowcodec.BlockCols)[1:]) +
 		" WHERE " + blocksTable + ".until IS NULL OR excluded.until >= " + blocksTable + ".until"
+	liftBlock = "DELETE FROM " + blocksTable + " WHERE key = $1 AND created_at < $2"
 	// appendEvents takes the next n Seqs from the one-row counter and
 	// inserts the n events with them, in one statement: each parameter is
 	// one column of the events (see eventArrays). The UPDATE locks the
@@ -187,7 +188,7 @@ func prepareStep(s *journal.Step) (*preparedStep, error) {
 
 // empty reports whether the Step writes nothing.
 func (p *preparedStep) empty() bool {
-	return p.create == nil && p.update == nil && len(p.attempts)+len(p.events)+len(p.blocks) == 0
+	return p.create == nil && p.update == nil && len(p.attempts)+len(p.events)+len(p.blocks)+len(p.s.Lifts) == 0
 }
 
 // Commit applies s atomically and durably, in one transaction: all of it is
@@ -357,6 +358,11 @@ func (p *preparedStep) apply(ctx context.Context, tx dbtx) (stepResult, error) {
 	for i, args := range p.blocks {
 		if _, err := tx.Exec(ctx, upsertBlock, args...); err != nil {
 			return r, fmt.Errorf("block %s: %w", p.s.Blocks[i].Key, err)
+		}
+	}
+	for _, l := range p.s.Lifts {
+		if _, err := tx.Exec(ctx, liftBlock, l.Key, rowcodec.CmpTime(l.Before)); err != nil {
+			return r, fmt.Errorf("lifting block %s: %w", l.Key, err)
 		}
 	}
 	return r, nil

@@ -34,7 +34,7 @@ var (
 type stmts struct {
 	insertVM, updateVM, vmState, vmOwnerVersion, vmExists, deleteAttempts, deleteVM *sql.Stmt
 	upsertAttempt, insertEvent, upsertBlock, savepoint, rollbackTo, release         *sql.Stmt
-	releaseLease                                                                    *sql.Stmt
+	releaseLease, liftBlock                                                         *sql.Stmt
 }
 
 func prepareStmts(ctx context.Context, db *sql.DB) (*stmts, error) {
@@ -57,6 +57,7 @@ func prepareStmts(ctx context.Context, db *sql.DB) (*stmts, error) {
 		{&st.rollbackTo, "ROLLBACK TO step"},
 		{&st.release, "RELEASE step"},
 		{&st.releaseLease, "UPDATE vms SET owner = '', lease_expiry = NULL WHERE name = ?"},
+		{&st.liftBlock, "DELETE FROM blocks WHERE key = ? AND created_at < ?"},
 	} {
 		var err error
 		if *p.s, err = db.PrepareContext(ctx, p.sql); err != nil {
@@ -71,7 +72,7 @@ func prepareStmts(ctx context.Context, db *sql.DB) (*stmts, error) {
 func (st *stmts) close() {
 	for _, s := range []*sql.Stmt{st.insertVM, st.updateVM, st.vmState, st.vmOwnerVersion, st.vmExists,
 		st.deleteAttempts, st.deleteVM, st.upsertAttempt, st.insertEvent, st.upsertBlock, st.savepoint,
-		st.rollbackTo, st.release, st.releaseLease} {
+		st.rollbackTo, st.release, st.releaseLease, st.liftBlock} {
 		if s != nil {
 			_ = s.Close() // closing a statement frees memory; there is nothing to lose
 		}
@@ -171,7 +172,7 @@ func prepareStep(s *journal.Step) (*preparedStep, error) {
 
 // empty reports whether the Step writes nothing.
 func (p *preparedStep) empty() bool {
-	return p.create == nil && p.update == nil && len(p.attempts)+len(p.events)+len(p.blocks) == 0
+	return p.create == nil && p.update == nil && len(p.attempts)+len(p.events)+len(p.blocks)+len(p.s.Lifts) == 0
 }
 
 // apply runs the Step's statements in q's transaction: Create, Update,
@@ -228,6 +229,11 @@ func (p *preparedStep) apply(q *txStmts, st *stmts) (stepResult, error) {
 	for i, args := range p.blocks {
 		if _, err := q.exec(st.upsertBlock, args...); err != nil {
 			return r, fmt.Errorf("block %s: %w", p.s.Blocks[i].Key, err)
+		}
+	}
+	for _, l := range p.s.Lifts {
+		if _, err := q.exec(st.liftBlock, l.Key, rowcodec.CmpTime(l.Before)); err != nil {
+			return r, fmt.Errorf("lifting block %s: %w", l.Key, err)
 		}
 	}
 	return r, nil
