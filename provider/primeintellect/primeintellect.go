@@ -140,10 +140,12 @@ func (p *Provider) BindInstallation(id string) error {
 
 // Capabilities: no idempotency token, no user-data (the core pins the host
 // key on first contact), no per-VM firewall (ports come from the host's
-// mapping); spot offers and data centers (zones) are supported.
+// mapping), no source ranges (createPod has no setting for who may
+// connect); spot offers and data centers (zones) are supported.
 func (p *Provider) Capabilities() provider.Capabilities {
 	c := provider.Capabilities{
-		Unsupported:       []provider.Feature{provider.FeatureIdempotencyToken, provider.FeatureUserData, provider.FeatureFirewall},
+		Unsupported: []provider.Feature{provider.FeatureIdempotencyToken, provider.FeatureUserData, provider.FeatureFirewall,
+			provider.FeatureSourceRanges},
 		BootTimeout:       orDefault(p.cfg.BootTimeout, 30*time.Minute),
 		DeleteTimeout:     orDefault(p.cfg.DeleteTimeout, 10*time.Minute),
 		PollInterval:      orDefault(p.cfg.PollInterval, 10*time.Second),

@@ -106,11 +106,13 @@ func (p *Provider) BindInstallation(id string) error {
 
 // Capabilities: no spot (REST v2 creates no interruptible pods), no
 // idempotency token, no user-data (the core pins the host key on first
-// contact), no per-VM firewall, no zones (a data center is the region).
+// contact), no per-VM firewall, no source ranges (a pod's ports are open to
+// the internet: createPod takes ports, not who may reach them), no zones
+// (a data center is the region).
 func (p *Provider) Capabilities() provider.Capabilities {
 	c := provider.Capabilities{
 		Unsupported: []provider.Feature{provider.FeatureSpot, provider.FeatureIdempotencyToken, provider.FeatureUserData,
-			provider.FeatureFirewall, provider.FeatureZones},
+			provider.FeatureFirewall, provider.FeatureSourceRanges, provider.FeatureZones},
 		BootTimeout:       orDefault(p.cfg.BootTimeout, 15*time.Minute),
 		DeleteTimeout:     orDefault(p.cfg.DeleteTimeout, 5*time.Minute),
 		PollInterval:      orDefault(p.cfg.PollInterval, 5*time.Second),

@@ -72,14 +72,16 @@ func init() {
 }
 
 // factory builds the provider from its Config: s.Config, or the section
-// s.Decode reads. An empty APIKey is read from EnvAPIKey.
+// s.Decode reads. An empty APIKey is read from EnvAPIKey. Its errors carry
+// no "vastai:" of their own: provider.Build, its only caller, prefixes
+// "provider <name>: ".
 func factory(s provider.Settings) (provider.CloudProvider, error) {
 	var cfg Config
 	if err := s.DecodeInto(&cfg); err != nil {
-		return nil, fmt.Errorf("vastai: config: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	if err := check(cfg); err != nil {
-		return nil, fmt.Errorf("vastai: config: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	if cfg.APIKey == "" {
 		cfg.APIKey = strings.TrimSpace(os.Getenv(EnvAPIKey))

@@ -49,26 +49,5 @@ func (p *Provider) Diagnose(ctx context.Context, loc provider.Location, vm, inst
 	return d, nil
 }
 
-// List returns every instance of this installation (label
-// gpuprov-<vm>.<installation>): every page of GET /api/v1/instances/, the
-// labels read client-side (the listing filters labels by equality only); on
-// loc's machine when loc names one.
-func (p *Provider) List(ctx context.Context, loc provider.Location) ([]provider.Observed, error) {
-	insts, err := p.listInstances(ctx, "list", map[string]filter{})
-	if err != nil {
-		return nil, err
-	}
-	out := []provider.Observed{}
-	for _, in := range insts {
-		if _, inst, ok := parseLabel(in.Label); !ok || inst != p.base.Installation || !inZone(in, loc) {
-			continue
-		}
-		if o := observed(in); o.Status != provider.StatusTerminated {
-			out = append(out, o)
-		}
-	}
-	return out, nil
-}
-
 // UnknownID returns an id shaped like Vast's (an integer) that no instance has.
 func (p *Provider) UnknownID() string { return "999999999" }

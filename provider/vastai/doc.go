@@ -16,7 +16,8 @@
 //	          GPU, num_gpus, reliability, verified, geolocation, dph_total, disk_space; one
 //	          offer per ask, region = country, zone = machine-<id>; Detail = {ask_id,
 //	          machine_id, host_id, gpu_name, num_gpus, geolocation, reliability, verification}
-//	Prepare   nothing (checks the keys and the onstart script's length)
+//	Prepare   nothing (checks the keys, the onstart script's and the label's length, and
+//	          refuses source ranges, which Vast cannot apply)
 //	Create    GET /api/v1/instances/ by label (adopt), then one PUT /api/v0/asks/{ask_id}/
 //	          with image, disk, label gpuprov-<vm>.<installation>, onstart, runtype ssh
 //	Observe   GET /api/v1/instances/ (every page), select_filters on the label
@@ -24,6 +25,12 @@
 //	Cleanup   nothing
 //	Diagnose  GET /api/v1/instances/, select_filters on the id
 //	List      GET /api/v1/instances/ (every page), labels gpuprov-*.<installation>
+//	ListNamed GET /api/v1/instances/ (every page), select_filters label in [labels]
+//
+// Every listing follows next_token until it is null, asks only for the
+// columns the adapter reads (select_cols: never onstart, which may hold the
+// private host key), and fails with ErrListCap rather than return part of
+// the account.
 //
 // Vast has no idempotency key: the label is the identity and Create looks
 // for it before accepting. An ask another renter took between Plan and

@@ -83,6 +83,24 @@ const (
 // common errors, vast-cli vastai/SKILL.md).
 var creditTexts = []string{"insufficient credit", "insufficient_credit", "insufficient balance", "insufficient_balance"}
 
+// Codes of createInstance's 400 (the error enum of its 400 answer in Vast's
+// OpenAPI document, the only codes it documents for that status).
+const (
+	// codeInvalidArgs: the request's arguments break the create's input
+	// validation (x-input-validation: image, onstart and args, label, env,
+	// disk), which no other ask would pass either.
+	codeInvalidArgs = "invalid_args"
+	// codeInvalidPrice: a bid price outside 0.001–128 $/h. The adapter sends
+	// no price (on-demand), so the only price the check can refuse is the
+	// ask's own: that ask cannot be rented.
+	codeInvalidPrice = "invalid_price"
+	// codeNoSSHKeyForVM: a VM ask (not a container) needs an SSH key
+	// registered on the account before the create ("VM: no recovery", the
+	// document's Key Quirks). The adapter registers none: a container ask
+	// needs none.
+	codeNoSSHKeyForVM = "no_ssh_key_for_vm"
+)
+
 // classifyAPI maps an answer to the failover policy (references: Vast's
 // OpenAPI document, operations createInstance, searchOffers,
 // showInstances and destroyInstance; the vendor CLI vast-ai/vast-cli):
@@ -93,8 +111,16 @@ var creditTexts = []string{"insufficient credit", "insufficient_credit", "insuff
 //	429 (Retry-After honoured), 5xx                                             Transient
 //	403 on create naming the ask (ask_id: "Offer N is not your own")            Unavailable
 //	403 otherwise                                                               Credentials
-//	400 (invalid_args, invalid_price, an invalid filter or token)               InvalidRequest
+//	400 invalid_args on create                                                  InvalidRequest
+//	400 invalid_price or no_ssh_key_for_vm on create (this ask only)            Unavailable
+//	any other 400 on create (undocumented)                                      Failed (next offer)
+//	400 otherwise (showInstances: invalid_request, invalid_token)               InvalidRequest
 //	anything else                                                               Failed
+//
+// An undocumented 400 on create fails over rather than abort the launch:
+// Vast documents three codes for it, and an answer it does not describe
+// says nothing about the other asks (SkyPilot's and dstack's Vast
+// integrations also move on after any failed create).
 func classifyAPI(name, op string, e *APIError) *provider.Error {
 	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: name, Err: e, RetryAfter: e.RetryAfter}
 	text := strings.ToLower(e.Code + " " + e.Msg + " " + e.Detail)
@@ -112,10 +138,23 @@ func classifyAPI(name, op string, e *APIError) *provider.Error {
 		pe.Kind = provider.Unavailable
 	case e.Status == http.StatusForbidden:
 		pe.Kind = provider.Credentials
+	case e.Status == http.StatusBadRequest && create:
+		pe.Kind = createBadRequest(e.Code)
 	case e.Status == http.StatusBadRequest:
 		pe.Kind = provider.InvalidRequest
 	}
 	return pe
+}
+
+// createBadRequest is the kind of a 400 on create, by its error code.
+func createBadRequest(code string) provider.ErrorKind {
+	switch code {
+	case codeInvalidArgs:
+		return provider.InvalidRequest
+	case codeInvalidPrice, codeNoSSHKeyForVM:
+		return provider.Unavailable
+	}
+	return provider.Failed
 }
 
 func containsAny(s string, subs []string) bool {

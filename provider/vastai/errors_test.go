@@ -31,8 +31,19 @@ func TestClassify(t *testing.T) {
 		// createInstance 403 example: an offer this account may not rent.
 		{"not your own offer", "create", 403, `{"success":false,"error":"invalid_args","msg":"error 403/3586: Offer 1234567 is not your own. Hosts can only rent their own machines.","ask_id":1234567}`, 0, provider.Unavailable, provider.ScopeOffer},
 		{"forbidden", "observe", 403, `{"success":false,"error":"forbidden","msg":"key lacks instance_read"}`, 0, provider.Credentials, provider.ScopeProvider},
-		// createInstance 400: error enum invalid_args, invalid_price, no_ssh_key_for_vm.
+		// createInstance 400 (vast-ai/docs api-reference/openapi.yaml, PUT /api/v0/asks/{id}): its error enum is
+		// invalid_args, invalid_price, no_ssh_key_for_vm, and its example is the invalid_args one below.
 		{"invalid args", "create", 400, `{"success":false,"error":"invalid_args","msg":"error 400/3467: Invalid args: 'id' is required and must be a valid offer ID","ask_id":1234567}`, 0, provider.InvalidRequest, provider.ScopeOffer},
+		// invalid_price: the adapter sends no price, so the ask's own is refused: that ask only. No example
+		// in the document: the body carries the code alone.
+		{"invalid price", "create", 400, `{"success":false,"error":"invalid_price","ask_id":1234567}`, 0, provider.Unavailable, provider.ScopeOffer},
+		// no_ssh_key_for_vm: a VM ask needs an account key (the document's Key Quirks); a container ask does not.
+		{"no ssh key for a VM ask", "create", 400, `{"success":false,"error":"no_ssh_key_for_vm","ask_id":1234567}`, 0, provider.Unavailable, provider.ScopeOffer},
+		// A 400 the document does not describe (no code of its enum): the next offer, never an abort. Its
+		// msg is this test's placeholder; no Vast reference gives such an answer's text.
+		{"undocumented 400 on create", "create", 400, `{"success":false,"msg":"an answer createInstance does not document"}`, 0, provider.Failed, provider.ScopeOffer},
+		{"undocumented 400 code on create", "create", 400, `{"success":false,"error":"some_new_code","msg":"?"}`, 0, provider.Failed, provider.ScopeOffer},
+		{"undocumented 400 without a body", "create", 400, ``, 0, provider.Failed, provider.ScopeOffer},
 		// showInstances 400: invalid filter column, order_by or after_token.
 		{"invalid token", "observe", 400, `{"error":"invalid_token","msg":"invalid after_token"}`, 0, provider.InvalidRequest, provider.ScopeOffer},
 		// showInstance 401 example: auth_error, "Invalid user key".

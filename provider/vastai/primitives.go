@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/org/gpuprov/internal/redact"
 	"github.com/org/gpuprov/provider"
@@ -139,16 +140,36 @@ func country(geo string) string {
 func machineZone(id int64) string { return "machine-" + idString(id) }
 
 // Prepare makes nothing: the keys travel in the onstart script, and the
-// account's SSH keys are shared, so they are never touched. It checks there
-// is a key to install and that the script fits Vast's limit.
+// account's SSH keys are shared, so they are never touched. It checks, before
+// any request, that there is a key to install, that the script and the
+// label fit Vast's limits (InvalidRequest), and that the spec does not ask
+// to restrict who connects, which Vast cannot do (Unavailable: another
+// cloud may; the core plans no Vast offer for such a request anyway).
 func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
+	if len(spec.SourceRanges) > 0 {
+		return nil, provider.Errorf(provider.Unavailable, p.base.Name, "prepare",
+			"source ranges %q: Vast cannot limit who connects to an instance's ports", spec.SourceRanges)
+	}
 	if len(spec.AuthorizedKeys) == 0 {
 		return nil, provider.Errorf(provider.InvalidRequest, p.base.Name, "prepare", "the spec has no authorized key to install on the instance")
+	}
+	if _, err := p.label("prepare", spec.VM); err != nil {
+		return nil, err
 	}
 	if _, err := onstart(spec, p.cfg.InjectHostKey); err != nil {
 		return nil, provider.Errorf(provider.InvalidRequest, p.base.Name, "prepare", "%w", err)
 	}
 	return json.RawMessage(`{}`), nil
+}
+
+// label returns vm's label, or InvalidRequest when it is longer than the
+// MaxLabel characters createInstance takes.
+func (p *Provider) label(op, vm string) (string, error) {
+	l := Label(vm, p.base.Installation)
+	if n := utf8.RuneCountInString(l); n > MaxLabel {
+		return "", provider.Errorf(provider.InvalidRequest, p.base.Name, op, "label %.40q… is %d characters; Vast takes at most %d", l, n, MaxLabel)
+	}
+	return l, nil
 }
 
 // Create first lists the instances labelled with the VM's identity on the
@@ -166,6 +187,10 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, _ json.Raw
 	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.AskID <= 0 {
 		return "", provider.Errorf(provider.InvalidRequest, p.base.Name, "create", "offer has no Vast ask id in its detail (%s)", offer.Detail)
 	}
+	label, err := p.label("create", spec.VM)
+	if err != nil {
+		return "", err
+	}
 	script, err := onstart(spec, p.cfg.InjectHostKey)
 	if err != nil {
 		return "", provider.Errorf(provider.InvalidRequest, p.base.Name, "create", "%w", err)
@@ -180,7 +205,7 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, _ json.Raw
 			return o.ID, nil
 		}
 	}
-	in := wireCreate{Image: cmp.Or(spec.Image, p.cfg.Image), Disk: float64(max(p.cfg.DiskGB, offer.DiskGB)), Label: Label(spec.VM, p.base.Installation),
+	in := wireCreate{Image: cmp.Or(spec.Image, p.cfg.Image), Disk: float64(max(p.cfg.DiskGB, offer.DiskGB)), Label: label,
 		Onstart: script, Runtype: "ssh", TargetState: "running", CancelUnavail: true}
 	var out wireCreated
 	if err := p.call(ctx, "create", http.MethodPut, "/api/v0/asks/"+strconv.FormatInt(d.AskID, 10)+"/", nil, in, &out); err != nil {
@@ -212,8 +237,8 @@ func maskHostKey(err error, spec *provider.InstanceSpec) error {
 }
 
 // Observe lists the instances labelled gpuprov-<vm>.<installation> (GET
-// /api/v1/instances/, select_filters on the label), on loc's machine when
-// loc names one.
+// /api/v1/instances/, select_filters {"label": {"eq": label}}, every page),
+// on loc's machine when loc names one.
 func (p *Provider) Observe(ctx context.Context, loc provider.Location, vm string) ([]provider.Observed, error) {
 	label := Label(vm, p.base.Installation)
 	insts, err := p.listInstances(ctx, "observe", map[string]filter{"label": {"eq": label}})

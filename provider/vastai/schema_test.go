@@ -46,9 +46,10 @@ func TestEveryPrimitiveAgainstTheVendorSchema(t *testing.T) {
 	if _, err := e.p.Create(ctx, &o, nil, spec("third")); provider.KindOf(err) != provider.Capacity { // 404: rented already
 		t.Fatalf("rented ask: %v", err)
 	}
-	e.api.Fail(vastmock.Fault{Method: http.MethodPut, Path: "/api/v0/asks/", Status: 400, Error: "invalid_price", Msg: "error 400/3470: invalid price", Times: 1})
+	e.api.Fail(vastmock.Fault{Method: http.MethodPut, Path: "/api/v0/asks/", Status: 400, Error: "invalid_args",
+		Msg: "error 400/3467: Invalid args: 'id' is required and must be a valid offer ID", Times: 1}) // createInstance 400's example
 	if _, err := e.p.Create(ctx, &next, nil, spec("fourth")); provider.KindOf(err) != provider.InvalidRequest {
-		t.Fatalf("invalid price: %v", err)
+		t.Fatalf("invalid args: %v", err)
 	}
 	if err := e.p.Delete(ctx, o.Location, "train", []string{id, "123456"}); err != nil { // 200, then 404: gone
 		t.Fatal(err)

@@ -28,13 +28,14 @@ const EnvAPIKey = "VAST_API_KEY"
 
 // Provider is one Vast.ai account. It is safe for concurrent use.
 type Provider struct {
-	base restadapter.Base // name, installation, logger, API client
-	cfg  Config
+	base         restadapter.Base // name, installation, logger, API client
+	cfg          Config
+	maxListPages int // defaultMaxListPages; tests lower it
 }
 
 // New returns the provider of cfg. A missing API key is an error.
 func New(cfg Config, opts ...Option) (*Provider, error) {
-	p := &Provider{cfg: cfg}
+	p := &Provider{cfg: cfg, maxListPages: defaultMaxListPages}
 	for _, o := range opts {
 		o(p)
 	}
@@ -68,13 +69,16 @@ func (p *Provider) BindInstallation(id string) error {
 	return provider.BindInstallation(&p.base.Installation, id)
 }
 
-// Capabilities: no spot (interruptible bids are not offered), no
+// Capabilities reports no spot (interruptible bids are not offered), no
 // idempotency token (Create observes by label first), no per-VM firewall
-// (ports are the host's mapping), no user labels (the one label string is
-// the identity). A zone is a host machine. User-data, that is the host key
+// and no source ranges (a host maps an instance's ports to the internet,
+// and Vast's API has no setting that limits who may connect: see
+// docs/clouds/vastai.md), no user labels (the one label string is the
+// identity). A zone is a host machine. User-data, that is the host key
 // written by the onstart script, only with InjectHostKey.
 func (p *Provider) Capabilities() provider.Capabilities {
-	unsupported := []provider.Feature{provider.FeatureSpot, provider.FeatureIdempotencyToken, provider.FeatureFirewall}
+	unsupported := []provider.Feature{provider.FeatureSpot, provider.FeatureIdempotencyToken, provider.FeatureFirewall,
+		provider.FeatureSourceRanges}
 	if !p.cfg.InjectHostKey {
 		unsupported = append(unsupported, provider.FeatureUserData)
 	}
@@ -104,6 +108,12 @@ func orDefault(d, def time.Duration) time.Duration {
 // labelPrefix starts the label of every instance gpuprov creates.
 const labelPrefix = "gpuprov-"
 
+// MaxLabel is the longest label createInstance takes: 256 characters
+// (x-input-validation label.max_length in vast-ai/docs
+// api-reference/openapi/yaml/create_instance.yaml; the 1,024 of manage
+// instance is for relabelling, which the adapter never does).
+const MaxLabel = 256
+
 // Label is the label of vm's instance in installation:
 // gpuprov-<vm>.<installation>. Vast gives an instance one free-text label
 // and its listing filters on it, so the label carries the whole identity.
@@ -127,4 +137,5 @@ var (
 	_ provider.CloudProvider = (*Provider)(nil)
 	_ provider.Diagnoser     = (*Provider)(nil)
 	_ provider.Lister        = (*Provider)(nil)
+	_ provider.NameLister    = (*Provider)(nil)
 )

@@ -3,6 +3,8 @@ package vastai
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -68,9 +70,9 @@ type wirePort struct {
 	HostPort string `json:"HostPort"`
 }
 
-// wireInstance is one instance of GET /api/v1/instances/ (show instances).
-// Its onstart (which may hold the injected host key) is deliberately not
-// decoded.
+// wireInstance is one instance of GET /api/v1/instances/ (show instances):
+// the columns listCols asks for. Its onstart (which may hold the injected
+// host key) is deliberately neither asked for nor decoded.
 type wireInstance struct {
 	ID             int64                 `json:"id"`
 	Label          string                `json:"label"`         // null when unlabelled
@@ -98,20 +100,53 @@ func (p *Provider) call(ctx context.Context, op, method, path string, q url.Valu
 	return nil
 }
 
-// maxPages bounds a listing: 25 instances a page, so 2,000 instances.
-const maxPages = 80
+// listCols are the columns of GET /api/v1/instances/ the adapter reads
+// (wireInstance's fields), sent as select_cols ("JSON array of column names
+// to return"; the default, ["*"], is every column). Every column would
+// include onstart, which holds the private host key with InjectHostKey: a
+// listing never asks for it.
+var listCols = []string{"id", "label", "actual_status", "intended_status", "cur_state", "next_state", "status_msg",
+	"machine_id", "gpu_name", "num_gpus", "public_ipaddr", "ssh_host", "ssh_port", "ports", "start_date", "geolocation"}
 
-// listInstances reads every page of GET /api/v1/instances/ whose rows match
-// filters (select_filters: label and id are filterable columns), following
-// next_token. The v1 listing replaces the v0 one in Vast's CLI.
+// listOrder is the order the listing pages in: by id, ascending (Vast
+// appends id as the tiebreaker of any order, so id alone is the keyset).
+const listOrder = `[{"col":"id","dir":"asc"}]`
+
+// listPageSize is the listing's page: the v1 listing's maximum, 25.
+const listPageSize = 25
+
+// defaultMaxListPages bounds one listing: 1,000 pages of 25, 25,000
+// instances. A listing that still has pages after it fails with ErrListCap
+// rather than answer with part of the account.
+const defaultMaxListPages = 1000
+
+// ErrListCap is wrapped by the error of a listing that reached the page cap
+// with pages still to read, and of one whose next_token repeated: its
+// answer would be partial, and an instance missing from it would look
+// gone (the core would create the VM again, or miss an orphan).
+var ErrListCap = errors.New("the instance listing did not end")
+
+// listInstances reads every page of GET /api/v1/instances/ (showInstances)
+// whose rows match filters (select_filters; label and id are filterable
+// columns), with only listCols, following each answer's next_token as the
+// next request's after_token until it is null (the document's keyset
+// pagination). A listing with more than the cap's pages, or whose
+// next_token repeats, is a Failed error wrapping ErrListCap that blocks
+// the provider: never a truncated answer.
 func (p *Provider) listInstances(ctx context.Context, op string, filters map[string]filter) ([]wireInstance, error) {
 	sel, err := json.Marshal(filters)
 	if err != nil {
 		return nil, provider.Errorf(provider.Failed, p.base.Name, op, "encode select_filters: %w", err)
 	}
-	q := url.Values{"limit": {"25"}, "select_filters": {string(sel)}, "order_by": {`[{"col":"id","dir":"asc"}]`}}
+	cols, err := json.Marshal(listCols)
+	if err != nil {
+		return nil, provider.Errorf(provider.Failed, p.base.Name, op, "encode select_cols: %w", err)
+	}
+	q := url.Values{"limit": {strconv.Itoa(listPageSize)}, "order_by": {listOrder}, "select_cols": {string(cols)},
+		"select_filters": {string(sel)}}
 	var all []wireInstance
-	for range maxPages {
+	seen := map[string]bool{}
+	for pages := 1; ; pages++ {
 		var page struct {
 			Instances []wireInstance `json:"instances"`
 			NextToken *string        `json:"next_token"`
@@ -120,12 +155,26 @@ func (p *Provider) listInstances(ctx context.Context, op string, filters map[str
 			return nil, err
 		}
 		all = append(all, page.Instances...)
-		if page.NextToken == nil || *page.NextToken == "" || len(page.Instances) == 0 || *page.NextToken == q.Get("after_token") {
-			break
+		if page.NextToken == nil || *page.NextToken == "" {
+			return all, nil
 		}
-		q.Set("after_token", *page.NextToken)
+		next := *page.NextToken
+		switch {
+		case pages >= p.maxListPages:
+			return nil, p.listCapError(op, fmt.Errorf("%w: more than %d pages (%d instances read, more to come): refusing a partial listing",
+				ErrListCap, p.maxListPages, len(all)))
+		case seen[next]:
+			return nil, p.listCapError(op, fmt.Errorf("%w: page %d repeated an earlier next_token", ErrListCap, pages))
+		}
+		seen[next] = true
+		q.Set("after_token", next)
 	}
-	return all, nil
+}
+
+// listCapError is a listing that cannot be completed: Failed, blocking the
+// provider (every offer's create lists first, and would fail the same way).
+func (p *Provider) listCapError(op string, err error) *provider.Error {
+	return &provider.Error{Kind: provider.Failed, Op: op, Provider: p.base.Name, Block: provider.ScopeProvider, Err: err}
 }
 
 func idString(id int64) string { return strconv.FormatInt(id, 10) }

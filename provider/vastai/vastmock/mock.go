@@ -1,8 +1,8 @@
 // Package vastmock is a small stateful fake of Vast.ai's REST API for tests,
 // served through an httpmock transport: a search over a list of asks, an
 // accept that turns an ask into an instance (and takes the ask off the
-// market), a paginated instance listing that filters on label and id, and
-// destroy. It is built on internal/rest/restmock, which checks the bearer
+// market), the v1 instance listing (keyset pages, select_filters,
+// select_cols: list.go), and destroy. It is built on internal/rest/restmock, which checks the bearer
 // token, records every call and answers scripted errors; the fake adds an
 // ask another renter takes after the caller's search, and a create whose
 // answer is lost.
@@ -18,7 +18,6 @@ package vastmock
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -357,100 +356,4 @@ func (a *API) accept(id int64, body []byte) *http.Response {
 	a.instances[a.seq] = &Instance{ID: a.seq, AskID: id, MachineID: o.MachineID, Label: in.Label, Image: in.Image,
 		Onstart: in.Onstart, Runtype: in.Runtype, GPUName: o.GPUName, NumGPUs: o.NumGPUs, Disk: in.Disk}
 	return js(http.StatusOK, map[string]any{"success": true, "new_contract": a.seq, "instance_api_key": "d15a0000instancekey"})
-}
-
-// pageSize is the listing's page (the v1 listing's maximum, 25).
-const pageSize = 25
-
-// list answers the v1 showInstances: select_filters on label and id (eq),
-// ordered by id, keyset-paginated with next_token/after_token.
-func (a *API) list(r *http.Request) *http.Response {
-	q := r.URL.Query()
-	var sel map[string]map[string]any
-	if s := q.Get("select_filters"); s != "" {
-		if err := json.Unmarshal([]byte(s), &sel); err != nil {
-			return js(http.StatusBadRequest, map[string]any{"error": "invalid_request", "msg": "select_filters is not a JSON object"})
-		}
-	}
-	after := int64(0)
-	if t := q.Get("after_token"); t != "" {
-		b, err := base64.StdEncoding.DecodeString(t)
-		if err == nil {
-			after, err = strconv.ParseInt(string(b), 10, 64)
-		}
-		if err != nil {
-			return js(http.StatusBadRequest, map[string]any{"error": "invalid_token", "msg": "invalid after_token"})
-		}
-	}
-	limit := pageSize
-	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n > 0 && n < pageSize {
-		limit = n
-	}
-	var ids []int64
-	for id, in := range a.instances {
-		if id <= after || !matches(in, sel) {
-			continue
-		}
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	total := len(ids)
-	var next any
-	if len(ids) > limit {
-		ids = ids[:limit]
-		next = base64.StdEncoding.EncodeToString([]byte(strconv.FormatInt(ids[len(ids)-1], 10)))
-	}
-	out := []map[string]any{}
-	for _, id := range ids {
-		in := a.instances[id]
-		in.lists++
-		if !in.settled {
-			switch {
-			case in.lists > 2*a.BootLists:
-				in.Status = "running"
-			case in.lists > a.BootLists:
-				in.Status = "loading"
-			}
-		}
-		out = append(out, wire(in))
-	}
-	return js(http.StatusOK, map[string]any{"success": true, "instances_found": len(out), "total_instances": total,
-		"next_token": next, "instances": out})
-}
-
-func matches(in *Instance, sel map[string]map[string]any) bool {
-	if f, ok := sel["label"]; ok {
-		if eq, ok := f["eq"].(string); ok && in.Label != eq {
-			return false
-		}
-	}
-	if f, ok := sel["id"]; ok {
-		if eq, ok := f["eq"].(float64); ok && in.ID != int64(eq) {
-			return false
-		}
-	}
-	return true
-}
-
-// wire is the instance as the v1 listing returns it.
-func wire(in *Instance) map[string]any {
-	var status, ports any
-	if in.Status != "" {
-		status = in.Status
-	}
-	intended := "running"
-	if in.Status == "running" {
-		ports = map[string]any{"22/tcp": []map[string]string{{"HostIp": "0.0.0.0", "HostPort": strconv.FormatInt(40000+in.ID%1000, 10)}}}
-	}
-	var label any
-	if in.Label != "" {
-		label = in.Label
-	}
-	return map[string]any{"id": in.ID, "actual_status": status, "intended_status": intended, "cur_state": "running",
-		"next_state": "running", "label": label, "image_uuid": in.Image, "image_runtype": in.Runtype, "image_args": []string{},
-		"onstart": in.Onstart, "status_msg": nil, "public_ipaddr": "192.0.2.10\n", "ssh_host": "ssh5.vast.test",
-		"ssh_port": 10000 + in.ID%1000, "ssh_idx": "5", "machine_id": in.MachineID, "gpu_name": in.GPUName,
-		"num_gpus": in.NumGPUs, "disk_space": in.Disk, "start_date": 1.7672256e9, "ports": ports,
-		"geolocation": "Texas, United States", "extra_env": [][]string{}, "dph_total": 1.0, "is_bid": false,
-		"verification": "verified", "rentable": false}
 }
