@@ -14,9 +14,10 @@
 //	Plan      GET /instance-types: price, specs and regions_with_capacity_available;
 //	          one offer per (type, region with capacity), Detail = {instance_type, region}
 //	Prepare   GET /ssh-keys, POST /ssh-keys (the VM's key, gpuprov-<vm>-<inst>); the
-//	          installation's shared ruleset for the region and ports: nothing when this
-//	          provider made or adopted it before, else GET /firewall-rulesets, POST
-//	          /firewall-rulesets when it is not there (provider.SharedName)
+//	          installation's shared ruleset for the region, ports and sources: nothing when
+//	          this provider made or adopted it before, else GET /firewall-rulesets, POST
+//	          /firewall-rulesets when it is not there (provider.SharedName), one rule per
+//	          port and source
 //	Create    GET /instances (adopt what carries the identity), then one
 //	          POST /instance-operations/launch: name gpuprov-<vm>, tags gpuprov=<vm> and
 //	          gpuprov-installation=<inst>, cloud-init user_data with the host key, the key, the
@@ -35,14 +36,19 @@
 //	List      GET /instances, filtered by name prefix and installation tag
 //
 // The firewall is shared (provider.SharedCleaner): every VM of the
-// installation in a region that opens the same ports is launched with one
-// ruleset, named provider.SharedName(installation, ports), so that the
-// firewall costs calls once per region and port set, not once per VM.
-// Rulesets take no tags: the installation is in the name, and CleanupShared
-// deletes a ruleset only when its name is the SharedName of this
-// installation and of the ports its rules open. Lambda refuses to delete a
-// ruleset an instance uses, which is what makes CleanupShared safe while
-// other processes of the installation launch with it.
+// installation in a region that opens the same ports to the same sources
+// is launched with one ruleset, named provider.SharedName(installation,
+// ports, sources), so that the firewall costs calls once per region, port
+// set and source set, not once per VM. The sources are the request's
+// ranges, else Config.SourceRanges, else anywhere (provider.SourcesFor);
+// Lambda's rules take IPv4 sources only and cannot name the instances
+// behind a ruleset, so a restricted cluster's nodes must be inside its
+// ranges. Rulesets take no tags: the installation is in the name, and
+// CleanupShared deletes a ruleset only when its name is the SharedName of
+// this installation and of the ports and sources its rules name. Lambda
+// refuses to delete a ruleset an instance uses, which is what makes
+// CleanupShared safe while other processes of the installation launch
+// with it.
 //
 // Lambda has no idempotency key: Create observes by identity first and
 // adopts, and an ambiguous failure is Transient for the core to resolve by

@@ -109,7 +109,7 @@ const (
 var codeKinds = map[string]provider.ErrorKind{
 	CodeInsufficientCapacity:  provider.Capacity,
 	CodeFileSystemWrongRegion: provider.Unavailable,
-	CodeQuotaExceeded:         provider.Quota, // account-wide: see classifyAPI
+	CodeQuotaExceeded:         provider.Quota, // blocks the offer only: see classifyAPI
 	CodeInvalidAPIKey:         provider.Credentials,
 	CodeAccountInactive:       provider.Credentials,
 	CodeInvalidAddress:        provider.Credentials, // billing address: nothing works until fixed
@@ -142,7 +142,9 @@ func parseError(re *rest.Error) *APIError {
 
 // classify turns a call's error into a *provider.Error: by Lambda's code
 // first, then by status for codes it does not know (429 and 5xx Transient,
-// 401 and 403 Credentials, other provider/* Transient), else Failed. An
+// 401 and 403 Credentials, other provider/* Transient), else Failed. Every
+// blocking kind blocks the offer, but Credentials the provider: no code
+// names a zone, region or account limit. An
 // error without an answer (timeout, reset) is Transient: the call may have
 // taken effect and the core resolves that by observing.
 func (p *Provider) classify(op string, err error) *provider.Error {
@@ -169,7 +171,12 @@ func classifyAPI(name, op string, e *APIError) *provider.Error {
 	}
 	pe := &provider.Error{Kind: kind, Op: op, Provider: name, Err: e, RetryAfter: e.RetryAfter}
 	if e.Code == CodeQuotaExceeded {
-		pe.Block = provider.ScopeProvider // Lambda's quotas are per account, not per region
+		// ApiErrorQuotaExceeded ("Quota exceeded.", testdata/openapi.json)
+		// names no quota: not the region, not the account. The request it
+		// answers names an instance type in a region (launch) or a ruleset
+		// in a region (firewall-rulesets POST), so only that offer is
+		// blocked, not the region the kind would block.
+		pe.Block = provider.ScopeOffer
 	}
 	return pe
 }

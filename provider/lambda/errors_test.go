@@ -23,7 +23,9 @@ func TestClassify(t *testing.T) {
 		scope      provider.Scope
 	}{
 		{400, CodeInsufficientCapacity, 0, provider.Capacity, provider.ScopeOffer},
-		{400, CodeQuotaExceeded, 0, provider.Quota, provider.ScopeProvider},
+		// ApiErrorQuotaExceeded names no scope: the offer (the type in the
+		// region the launch named), not the provider nor the region.
+		{400, CodeQuotaExceeded, 0, provider.Quota, provider.ScopeOffer},
 		{400, CodeFileSystemWrongRegion, 0, provider.Unavailable, provider.ScopeOffer},
 		{400, CodeInvalidParameters, 0, provider.InvalidRequest, provider.ScopeOffer},
 		{404, CodeObjectDoesNotExist, 0, provider.InvalidRequest, provider.ScopeOffer},

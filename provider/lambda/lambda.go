@@ -3,6 +3,7 @@ package lambda
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -43,9 +44,16 @@ type Config struct {
 	// NoFirewall skips the firewall ruleset (for regions without
 	// rulesets); Capabilities then lists FeatureFirewall.
 	NoFirewall bool `toml:"no_firewall" json:"no_firewall"`
-	// SourceNetwork is the CIDR the rulesets admit; default 0.0.0.0/0.
-	// Every process of an installation should use the same: a shared
-	// ruleset is found by name, which does not depend on it.
+	// SourceRanges are the networks (IPv4 CIDRs, such as 203.0.113.0/24)
+	// that may connect to SSH and the OpenPorts of a VM whose request
+	// names none (provider.SourcesFor); empty: SourceNetwork, else
+	// provider.DefaultSourceRanges (anywhere). Lambda's rules take IPv4
+	// sources only, so an IPv6 range is refused, as is a restricting range
+	// with NoFirewall (nothing would apply it). Checked by New.
+	SourceRanges []string `toml:"source_ranges" json:"source_ranges"`
+	// SourceNetwork is the older, single-range form of SourceRanges (a
+	// bare address is a /32, as Lambda reads one). Setting both is refused
+	// unless they name the same one range.
 	SourceNetwork string `toml:"source_network" json:"source_network"`
 	// PollInterval is how often the core observes a booting or deleting
 	// instance; zero means 10s.
@@ -82,9 +90,14 @@ type Provider struct {
 	lastLaunch time.Time // the last launch request sent, for LaunchInterval
 
 	rulesets rulesetCache // the shared rulesets made or adopted (shared.go)
+	// sources are the configured ranges (SourceRanges or SourceNetwork,
+	// checked and sorted); nil: none, so provider.DefaultSourceRanges.
+	sources []string
 }
 
-// New returns the provider of cfg. A missing API key is an error.
+// New returns the provider of cfg. A missing API key is an error, and so
+// are source ranges Lambda cannot apply (see Config.SourceRanges); the
+// error names the config key and the value. It makes no request.
 func New(cfg Config, opts ...Option) (*Provider, error) {
 	p := &Provider{cfg: cfg, now: time.Now}
 	for _, o := range opts {
@@ -94,9 +107,11 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 		BaseURL: p.cfg.BaseURL, DefaultBaseURL: DefaultBaseURL, Timeout: p.cfg.RequestTimeout}); err != nil {
 		return nil, err
 	}
-	if p.cfg.SourceNetwork == "" {
-		p.cfg.SourceNetwork = "0.0.0.0/0"
+	sources, err := configuredSources(p.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ID, err)
 	}
+	p.sources = sources
 	if p.cfg.LaunchInterval == 0 {
 		p.cfg.LaunchInterval = 12 * time.Second
 	}
@@ -113,10 +128,11 @@ func (p *Provider) BindInstallation(id string) error {
 }
 
 // Capabilities: no spot, no idempotency token, no zones; user-data (the
-// host key is injected) and OpenPorts are supported, through a firewall
-// ruleset shared by the installation's VMs in a region that open the
-// same ports (provider.SharedCleaner). The
-// account is paced at Lambda's documented 1 request/s.
+// host key is injected), OpenPorts and source ranges are supported,
+// through a firewall ruleset shared by the installation's VMs in a region
+// that open the same ports to the same sources (provider.SharedCleaner);
+// with NoFirewall neither OpenPorts nor source ranges are. The account is
+// paced at Lambda's documented 1 request/s.
 func (p *Provider) Capabilities() provider.Capabilities {
 	c := provider.Capabilities{
 		Unsupported:       []provider.Feature{provider.FeatureSpot, provider.FeatureIdempotencyToken, provider.FeatureZones},
@@ -132,7 +148,7 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		c.RequestsPerSecond, c.Burst = 1, 1
 	}
 	if p.cfg.NoFirewall {
-		c.Unsupported = append(c.Unsupported, provider.FeatureFirewall)
+		c.Unsupported = append(c.Unsupported, provider.FeatureFirewall, provider.FeatureSourceRanges)
 	}
 	return c
 }

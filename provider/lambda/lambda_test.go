@@ -176,7 +176,9 @@ func TestCreateErrors(t *testing.T) {
 		after time.Duration
 	}{
 		{lambdamock.Fault{Status: 400, Code: lambda.CodeInsufficientCapacity, Message: "Not enough capacity to fulfill launch request."}, provider.Capacity, provider.ScopeOffer, 0},
-		{lambdamock.Fault{Status: 400, Code: lambda.CodeQuotaExceeded, Message: "Quota exceeded."}, provider.Quota, provider.ScopeProvider, 0},
+		// testdata/openapi.json, ApiErrorQuotaExceeded (launch 400): names
+		// no scope, so the offer.
+		{lambdamock.Fault{Status: 400, Code: lambda.CodeQuotaExceeded, Message: "Quota exceeded."}, provider.Quota, provider.ScopeOffer, 0},
 		{lambdamock.Fault{Status: 401, Code: lambda.CodeInvalidAPIKey, Message: "API key was invalid"}, provider.Credentials, provider.ScopeProvider, 0},
 		{lambdamock.Fault{Status: 400, Code: lambda.CodeInvalidParameters, Message: "Invalid request data."}, provider.InvalidRequest, provider.ScopeOffer, 0},
 		{lambdamock.Fault{Status: 429, Code: "global/rate-limited", Message: "slow down", RetryAfter: "12"}, provider.Transient, provider.ScopeOffer, 12 * time.Second},

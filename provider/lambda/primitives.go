@@ -101,13 +101,20 @@ func gpuOf(t wireInstanceType) (provider.GPUModel, bool) {
 // Prepare registers the VM's SSH key (the first authorized key; Lambda
 // launches take exactly one) and, unless NoFirewall, makes or adopts the
 // installation's shared firewall ruleset for spec.OpenPorts in the offer's
-// region (shared.go), which admits SSH and those ports. The key is found
-// by name first, so a second Prepare adopts it; the ruleset's id is
-// remembered, so that a Prepare in a region whose ruleset for those ports
-// this provider made or adopted before sends no firewall request.
+// region (shared.go), which admits the VM's sources (provider.SourcesFor
+// of spec.SourceRanges and Config.SourceRanges; sources.go) to SSH and
+// those ports. Sources Lambda cannot apply are InvalidRequest before any
+// request. The key is found by name first, so a second Prepare adopts it;
+// the ruleset's id is remembered, so that a Prepare in a region whose
+// ruleset for those ports and sources this provider made or adopted
+// before sends no firewall request.
 func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
 	if len(spec.AuthorizedKeys) == 0 {
 		return nil, provider.Errorf(provider.InvalidRequest, p.base.Name, "prepare", "Lambda launches need an SSH key and the spec has no authorized key")
+	}
+	sources, err := p.sourcesFor(spec) // refused before any request
+	if err != nil {
+		return nil, err
 	}
 	name := SideName(spec.VM, p.base.Installation)
 	key, err := p.ensureKey(ctx, name, strings.TrimSpace(spec.AuthorizedKeys[0]))
@@ -116,7 +123,7 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 	}
 	prep := prepared{Region: offer.Location.Region, SSHKey: key.Name, SSHKeyID: key.ID}
 	if !p.cfg.NoFirewall {
-		id, rsName, err := p.sharedRuleset(ctx, offer.Location.Region, spec.OpenPorts)
+		id, rsName, err := p.sharedRuleset(ctx, offer.Location.Region, spec.OpenPorts, sources)
 		if err != nil {
 			return nil, err
 		}

@@ -17,14 +17,16 @@ import (
 )
 
 // The shared firewall (provider.SharedCleaner). Every VM of the
-// installation in a region that opens the same ports is launched with one
-// firewall ruleset, named provider.SharedName(installation, ports), instead
-// of one ruleset per VM. Lambda's rulesets carry no tags, so the
-// installation lives in the name, as in SideName: the name is a hash of the
-// installation and the port set, and a ruleset is this installation's only
-// when its name is the SharedName of the installation and of the ports its
-// own rules open (ownShared). Lambda refuses to delete a ruleset an
-// instance uses (DELETE /firewall-rulesets/{id} answers 400
+// installation in a region that opens the same ports to the same sources
+// is launched with one firewall ruleset, named
+// provider.SharedName(installation, ports, sources), instead of one
+// ruleset per VM. Lambda's rulesets carry no tags, so the installation
+// lives in the name, as in SideName: the name is a hash of the
+// installation, the port set and the source set, and a ruleset is this
+// installation's only when its name is the SharedName of the installation
+// and of the ports and sources its own rules name (ownShared). Lambda
+// refuses to delete a ruleset an instance uses (DELETE
+// /firewall-rulesets/{id} answers 400
 // firewall-rulesets/firewall-ruleset-in-use), which is what makes removing
 // it safe while other processes of the installation launch with it.
 
@@ -72,15 +74,16 @@ func (c *rulesetCache) forget(key, id string) {
 }
 
 // sharedRuleset returns the id and name of the installation's ruleset for
-// ports in region, admitting SSH and ports: from memory when this provider
-// made or adopted it before (no request), else found by name in GET
-// /firewall-rulesets, else made with POST /firewall-rulesets.
-func (p *Provider) sharedRuleset(ctx context.Context, region string, ports []provider.Port) (id, name string, err error) {
-	ports, rules, err := p.rules(ports)
+// ports and sources in region, admitting sources to SSH and ports: from
+// memory when this provider made or adopted it before (no request), else
+// found by name and sources in GET /firewall-rulesets, else made with POST
+// /firewall-rulesets.
+func (p *Provider) sharedRuleset(ctx context.Context, region string, ports []provider.Port, sources []string) (id, name string, err error) {
+	ports, rules, err := p.rules(ports, sources)
 	if err != nil {
 		return "", "", err
 	}
-	name = provider.SharedName(p.base.Installation, ports, nil)
+	name = provider.SharedName(p.base.Installation, ports, sources)
 	key := rulesetKey(region, name)
 	if id, ok := p.rulesets.get(key); ok {
 		return id, name, nil
@@ -89,7 +92,7 @@ func (p *Provider) sharedRuleset(ctx context.Context, region string, ports []pro
 		if id, ok := p.rulesets.get(key); ok { // a lookup that ended just before this one began
 			return id, nil
 		}
-		rs, err := p.ensureRuleset(ctx, name, region, rules)
+		rs, err := p.ensureRuleset(ctx, name, region, sources, rules)
 		if err != nil {
 			return "", err
 		}
@@ -102,16 +105,20 @@ func (p *Provider) sharedRuleset(ctx context.Context, region string, ports []pro
 	return v.(string), name, nil
 }
 
-// ensureRuleset adopts the ruleset named name in region (the oldest, when
-// processes racing on an empty cache made two) or creates it with rules.
-func (p *Provider) ensureRuleset(ctx context.Context, name, region string, rules []wireRule) (wireRuleset, error) {
+// ensureRuleset adopts the ruleset named name in region whose rules admit
+// sources (the oldest, when processes racing on an empty cache made two)
+// or creates it with rules. A ruleset of that name admitting other sources
+// is one an earlier version made, whose name did not depend on
+// source_network: it is not adopted, and CleanupShared removes it once no
+// instance uses it.
+func (p *Provider) ensureRuleset(ctx context.Context, name, region string, sources []string, rules []wireRule) (wireRuleset, error) {
 	list, err := p.listRulesets(ctx, "prepare")
 	if err != nil {
 		return wireRuleset{}, err
 	}
 	var found []wireRuleset
 	for _, rs := range list {
-		if rs.Name == name && rs.Region.Name == region {
+		if rs.Name == name && rs.Region.Name == region && slices.Equal(sourcesOf(rs.Rules), sources) {
 			found = append(found, rs)
 		}
 	}
@@ -133,12 +140,19 @@ func (p *Provider) ensureRuleset(ctx context.Context, name, region string, rules
 
 // rules returns ports with their protocols in lower case (the form the
 // ruleset's name is derived from, so that "TCP" and "tcp" share one) and
-// the ruleset's rules: SSH, then each port. NetworkProtocol is the enum
-// tcp, udp, icmp, all, in lower case; a port range goes with tcp and udp
-// only, so any other protocol is refused before a request.
-func (p *Provider) rules(ports []provider.Port) ([]provider.Port, []wireRule, error) {
+// the ruleset's rules, one per (port, source): SSH from each source, then
+// each port from each source. A FirewallRule takes one source_network
+// (testdata/openapi.json, #/components/schemas/FirewallRule: protocol,
+// port_range [min, max], source_network, description, all but port_range
+// required). NetworkProtocol is the enum tcp, udp, icmp, all, in lower
+// case; a port range goes with tcp and udp only, so any other protocol is
+// refused before a request.
+func (p *Provider) rules(ports []provider.Port, sources []string) ([]provider.Port, []wireRule, error) {
 	norm := make([]provider.Port, 0, len(ports))
-	rules := []wireRule{{Protocol: "tcp", PortRange: []int{22, 22}, SourceNetwork: p.cfg.SourceNetwork, Description: "gpuprov: ssh"}}
+	var rules []wireRule
+	for _, src := range sources {
+		rules = append(rules, wireRule{Protocol: "tcp", PortRange: []int{22, 22}, SourceNetwork: src, Description: "gpuprov: ssh"})
+	}
 	for _, pt := range ports {
 		proto := strings.ToLower(pt.Protocol)
 		if proto != "tcp" && proto != "udp" {
@@ -147,18 +161,32 @@ func (p *Provider) rules(ports []provider.Port) ([]provider.Port, []wireRule, er
 		}
 		pt.Protocol = proto
 		norm = append(norm, pt)
-		rules = append(rules, wireRule{Protocol: proto, PortRange: []int{pt.Number, pt.Number},
-			SourceNetwork: p.cfg.SourceNetwork, Description: "gpuprov: " + pt.String()})
+		for _, src := range sources {
+			rules = append(rules, wireRule{Protocol: proto, PortRange: []int{pt.Number, pt.Number},
+				SourceNetwork: src, Description: "gpuprov: " + pt.String()})
+		}
 	}
 	return norm, rules, nil
 }
 
+// sourcesOf returns the sources rules admit, as a sorted set (a bare
+// address as its /32).
+func sourcesOf(rules []wireRule) []string {
+	var out []string
+	for _, r := range rules {
+		out = append(out, hostRange(r.SourceNetwork))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // ownShared reports whether rs is one of this installation's shared
-// rulesets: its name is the SharedName of the installation and of the
-// ports its rules open, with or without the SSH rule's 22/tcp (which is
-// in the port set only when a VM asked for it besides SSH). Another
-// installation's ruleset, a per-VM one or one whose rules were edited is
-// not.
+// rulesets: its name is the SharedName of the installation, of the ports
+// its rules open (with or without the SSH rule's 22/tcp, which is in the
+// port set only when a VM asked for it besides SSH) and of the sources
+// they admit, or of those ports alone (what an earlier version named a
+// ruleset, whatever its source_network). Another installation's ruleset, a
+// per-VM one or one whose ports were edited is not.
 func (p *Provider) ownShared(rs wireRuleset) bool {
 	if !strings.HasPrefix(rs.Name, sharedPrefix) {
 		return false
@@ -172,8 +200,13 @@ func (p *Provider) ownShared(rs wireRuleset) bool {
 		ports = append(ports, provider.Port{Number: r.PortRange[0], Protocol: r.Protocol})
 	}
 	withoutSSH := slices.DeleteFunc(slices.Clone(ports), func(pt provider.Port) bool { return pt == ssh })
-	return provider.SharedName(p.base.Installation, withoutSSH, nil) == rs.Name ||
-		provider.SharedName(p.base.Installation, ports, nil) == rs.Name
+	for _, sources := range [][]string{sourcesOf(rs.Rules), nil} {
+		if provider.SharedName(p.base.Installation, withoutSSH, sources) == rs.Name ||
+			provider.SharedName(p.base.Installation, ports, sources) == rs.Name {
+			return true
+		}
+	}
+	return false
 }
 
 // sharedGone answers a launch refused with global/object-does-not-exist

@@ -78,11 +78,13 @@ type wirePlacementGroup struct {
 type wirePort struct {
 	Number   int    `json:"number"`
 	Protocol string `json:"protocol"`
+	Peers    bool   `json:"peers,omitempty"` // also open to the firewall's own instances
 }
 
 type wireFirewall struct {
-	Ports  []wirePort        `json:"ports"`
-	Labels map[string]string `json:"labels"`
+	Ports   []wirePort        `json:"ports"`
+	Sources []string          `json:"sources"`
+	Labels  map[string]string `json:"labels"`
 }
 
 // wireFirewallView is a firewall as GET firewalls lists it.

@@ -93,3 +93,23 @@ func isNotFound(err error) bool {
 	var e *APIError
 	return errors.As(err, &e) && e.Status == http.StatusNotFound
 }
+
+// apiError returns the *APIError err wraps, else err: what a
+// *provider.Error of another op or cause wraps, so that its text names the
+// provider once.
+func apiError(err error) error {
+	var e *APIError
+	if errors.As(err, &e) {
+		return e
+	}
+	return err
+}
+
+// apiErrors is apiError of each of errs.
+func apiErrors(errs []error) []error {
+	out := make([]error, len(errs))
+	for i, err := range errs {
+		out[i] = apiError(err)
+	}
+	return out
+}

@@ -63,13 +63,14 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 }
 
 // Prepare puts the installation's shared firewall for the VM's ports (SSH
-// plus spec.OpenPorts; see provider.SharedCleaner) in the offer's region,
-// unless this adapter already did, and, when spec has authorized keys, the
-// VM's SSH key. Both PUTs are idempotent, so a second Prepare adopts what
-// the first made.
+// plus spec.OpenPorts; see provider.SharedCleaner) and sources
+// (provider.SourcesFor of spec.SourceRanges and Config.SourceRanges) in
+// the offer's region, unless this adapter already did, and, when spec has
+// authorized keys, the VM's SSH key. Both PUTs are idempotent, so a second
+// Prepare adopts what the first made.
 func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
 	name := provider.ResourceName(spec.VM)
-	fw, err := p.sharedFirewall(ctx, offer.Location.Region, spec.OpenPorts)
+	fw, err := p.sharedFirewall(ctx, offer.Location.Region, spec.OpenPorts, provider.SourcesFor(spec, p.cfg.SourceRanges))
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +116,8 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	if err := p.do(ctx, call{op: "create", method: http.MethodPost, path: "instances", in: req, out: &in}); err != nil {
 		if IsAPIError(err, "unknown_firewall") {
 			p.forgetFirewall(pr.Region, pr.Firewall)
-			return "", &provider.Error{Kind: provider.Transient, Provider: p.name, Op: "create", Err: fmt.Errorf("%w: %w", provider.ErrSharedGone, err)}
+			return "", &provider.Error{Kind: provider.Transient, Provider: p.name, Op: "create",
+				Err: fmt.Errorf("firewall %s in %s: %w: %w", pr.Firewall, pr.Region, provider.ErrSharedGone, apiError(err))}
 		}
 		return "", err
 	}
@@ -240,7 +242,8 @@ func (p *Provider) DeletePlacementGroup(ctx context.Context, loc provider.Locati
 	case err == nil || isNotFound(err):
 		return nil
 	case IsAPIError(err, "conflict"):
-		return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: "cleanup", Err: fmt.Errorf("%w: %w", provider.ErrInUse, err)}
+		return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: "cleanup",
+			Err: fmt.Errorf("placement group %s in %s: %w: %w", name, loc.Region, provider.ErrInUse, apiError(err))}
 	}
 	return err
 }

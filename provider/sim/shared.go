@@ -12,11 +12,15 @@ import (
 )
 
 // sharedFirewall returns the name of the installation's firewall opening
-// SSH and ports in region, putting it first unless this adapter already
-// did: the thousandth VM of a region makes no firewall call.
-func (p *Provider) sharedFirewall(ctx context.Context, region string, ports []provider.Port) (string, error) {
+// SSH and ports to sources in region, putting it first unless this adapter
+// already did: the thousandth VM of a region makes no firewall call. When
+// sources are restricted (provider.Restricted), ports other than SSH are
+// also open to the firewall's own instances (peers), so that a cluster's
+// nodes reach each other's API server and tunnels.
+func (p *Provider) sharedFirewall(ctx context.Context, region string, ports []provider.Port, sources []string) (string, error) {
 	all := append([]provider.Port{{Number: 22, Protocol: "tcp"}}, ports...)
-	name := provider.SharedName(p.installation, all, nil)
+	name := provider.SharedName(p.installation, all, sources)
+	peers := provider.Restricted(sources)
 	key := region + "/" + name
 	p.firewallMu.Lock()
 	known := p.firewalls[key]
@@ -26,15 +30,15 @@ func (p *Provider) sharedFirewall(ctx context.Context, region string, ports []pr
 	}
 	_, err, _ := p.firewallMade.Do(key, func() (any, error) {
 		var wire []wirePort
-		for _, pt := range all {
-			w := wirePort{Number: pt.Number, Protocol: pt.Protocol}
-			if !slices.Contains(wire, w) {
+		for i, pt := range all {
+			w := wirePort{Number: pt.Number, Protocol: pt.Protocol, Peers: peers && i > 0}
+			if !slices.ContainsFunc(wire, func(x wirePort) bool { return x.Number == w.Number && x.Protocol == w.Protocol }) {
 				wire = append(wire, w)
 			}
 		}
 		if err := p.do(ctx, call{op: "prepare", method: http.MethodPut, path: "firewalls/" + url.PathEscape(name),
 			query: url.Values{"region": {region}},
-			in:    wireFirewall{Ports: wire, Labels: provider.SharedLabels(p.installation)}}); err != nil {
+			in:    wireFirewall{Ports: wire, Sources: sources, Labels: provider.SharedLabels(p.installation)}}); err != nil {
 			return nil, err
 		}
 		p.firewallMu.Lock()
@@ -91,7 +95,7 @@ func (p *Provider) CleanupShared(ctx context.Context, loc provider.Location) err
 	}
 	if len(inUse) > 0 {
 		return &provider.Error{Kind: provider.Transient, Provider: p.name, Op: "cleanup",
-			Err: fmt.Errorf("%w: %w", provider.ErrInUse, errors.Join(inUse...))}
+			Err: fmt.Errorf("%w: %w", provider.ErrInUse, errors.Join(apiErrors(inUse)...))}
 	}
 	return nil
 }

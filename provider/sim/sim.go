@@ -19,6 +19,7 @@
 //	requests_per_second = 20             # and burst: the core's token bucket
 //	list_page_size = 500                 # GET instances page size (default: the maximum, 500)
 //	no_idempotency_token = false         # true for a cloud started with IgnoreIdempotencyToken
+//	source_ranges = ["203.0.113.0/24"]   # who may connect; default: anywhere (recorded, not enforced)
 //
 // Tests build it with New and a Config pointing at an in-process server.
 //
@@ -30,7 +31,7 @@
 // that make several requests, or none, are paced as what they send.
 //
 // Firewalls are shared (provider.SharedCleaner): one per installation,
-// region and port set, named provider.SharedName, made by the first
+// region, port set and source set, named provider.SharedName, made by the first
 // Prepare there and remembered, and removed by CleanupShared once no live
 // instance uses it (the server refuses before). The API key
 // is sent as a bearer token and never logged.
@@ -99,6 +100,14 @@ type Config struct {
 	// NoIdempotencyToken declares that the cloud ignores idempotency
 	// tokens (Capabilities then lists FeatureIdempotencyToken).
 	NoIdempotencyToken bool `toml:"no_idempotency_token" json:"no_idempotency_token"`
+	// SourceRanges are the networks (CIDRs) the shared firewalls open SSH
+	// and OpenPorts to for a VM whose request names none
+	// (provider.SourcesFor); empty: provider.DefaultSourceRanges. When
+	// they restrict, OpenPorts also admit the firewall's own instances
+	// (the server's peers). The server records and reports them; it does
+	// not filter connections (its SSH endpoints are on loopback). Checked
+	// by New.
+	SourceRanges []string `toml:"source_ranges" json:"source_ranges"`
 }
 
 // Provider is a sim cloud account. It is safe for concurrent use.
@@ -156,7 +165,9 @@ func WithClock(c clock.Clock) Option { return func(p *Provider) { p.clk = c } }
 // WithLogger sets the logger (default: discard). The API key never reaches it.
 func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.log = l } }
 
-// New returns the provider of cfg. A missing endpoint or API key is an error.
+// New returns the provider of cfg. A missing endpoint or API key is an
+// error, and so is a source range that is not a CIDR (the error names
+// source_ranges and the range). It makes no request.
 func New(cfg Config, opts ...Option) (*Provider, error) {
 	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler), clk: clock.Real}
 	for _, o := range opts {
@@ -176,6 +187,9 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 	}
 	if cfg.APIKey == "" {
 		return nil, fmt.Errorf("sim: api_key is not set")
+	}
+	if err := provider.ValidateSourceRanges(cfg.SourceRanges); err != nil {
+		return nil, fmt.Errorf("sim: source_ranges: %w", err)
 	}
 	if p.cfg.Cloud == "" {
 		p.cfg.Cloud = p.name

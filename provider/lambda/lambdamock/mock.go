@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -334,7 +335,9 @@ func auditEvent(e map[string]any, n int) map[string]any {
 
 // validRules checks a ruleset's rules as FirewallRule does: protocol in the
 // NetworkProtocol enum (tcp, udp, icmp, all; lower case), a [min, max]
-// port range for all but icmp.
+// port range for all but icmp, and a source_network of "format":
+// "ipv4network", an IPv4 address with an optional mask ("If no mask is
+// provided, the API assumes /32").
 func validRules(v any) bool {
 	rules, ok := v.([]any)
 	if !ok {
@@ -353,8 +356,21 @@ func validRules(v any) bool {
 		if proto != "icmp" && len(pr) != 2 {
 			return false
 		}
+		if src, _ := m["source_network"].(string); !ipv4Network(src) {
+			return false
+		}
 	}
 	return true
+}
+
+// ipv4Network reports whether s is an IPv4 address, or an IPv4 network
+// with its mask (FirewallRule.source_network).
+func ipv4Network(s string) bool {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Is4()
+	}
+	pfx, err := netip.ParsePrefix(s)
+	return err == nil && pfx.Addr().Is4()
 }
 
 // ruleset is a FirewallRuleset: id, name, region, rules, created,

@@ -359,6 +359,10 @@ func (s *Server) putFirewall(c *cloud, r *http.Request, body []byte, now time.Ti
 			return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "invalid port %d/%s", p.Number, p.Protocol)
 		}
 	}
+	sources, aerr := checkSources(req.Sources)
+	if aerr != nil {
+		return 0, nil, aerr
+	}
 	name := r.PathValue("name")
 	status := http.StatusOK
 	fw := c.firewalls[firewallKey(region, name)]
@@ -367,7 +371,7 @@ func (s *Server) putFirewall(c *cloud, r *http.Request, body []byte, now time.Ti
 		c.firewalls[firewallKey(region, name)] = fw
 		status = http.StatusCreated
 	}
-	fw.Ports, fw.Labels = slices.Clone(req.Ports), req.Labels
+	fw.Ports, fw.Sources, fw.Labels = slices.Clone(req.Ports), sources, req.Labels
 	if fw.Ports == nil {
 		fw.Ports = []Port{}
 	}

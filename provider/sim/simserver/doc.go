@@ -59,8 +59,11 @@
 //	GET    instances/{id}                   the Instance, terminated ones too for Options.Retention
 //	DELETE instances/{id}                   202 and the Instance, now "stopping" (idempotent);
 //	                                        404 for an unknown id
-//	PUT    firewalls/{name}?region=r        body {ports:[{number,protocol}], labels}: 201 created,
-//	                                        200 updated (idempotent)
+//	PUT    firewalls/{name}?region=r        body {ports:[{number,protocol,peers}], sources:[CIDR],
+//	                                        labels}: 201 created, 200 updated (idempotent); the
+//	                                        ports are open to sources (default 0.0.0.0/0) and,
+//	                                        where peers is true, to the instances using the
+//	                                        firewall (Firewall.Admits); recorded, not enforced
 //	DELETE firewalls/{name}?region=r        204; 404 unknown; 409 conflict while an instance that
 //	                                        is not terminated uses it
 //	GET    firewalls[?region=r]             {"firewalls":[...]}
@@ -99,7 +102,8 @@
 //
 // Errors are {"error":{"code":"...","message":"..."}} with these codes:
 //
-//	400 invalid_request     malformed body, unknown offer, missing key, bad cloud-config
+//	400 invalid_request     malformed body, unknown offer, missing key, bad cloud-config,
+//	                        a firewall source that is not a CIDR
 //	400 unknown_firewall    a create naming a firewall the region does not have
 //	401 unauthorized        missing or wrong API key (or admin token)
 //	402 insufficient_funds  the account cannot pay (Faults.InsufficientFunds)
@@ -137,7 +141,7 @@
 //	PUT  /admin/clouds/{cloud}/faults                  replace them (body: Faults)
 //	GET  /admin/clouds/{cloud}/instances               every instance, terminated ones included
 //	POST /admin/clouds/{cloud}/instances/{id}/preempt  preempt a running instance now
-//	GET  /admin/clouds/{cloud}/resources               firewalls and SSH keys
+//	GET  /admin/clouds/{cloud}/resources               firewalls (ports, peers, sources) and SSH keys
 //	GET  /admin/clouds/{cloud}/stats                   Stats
 //
 // # Time and state

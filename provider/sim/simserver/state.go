@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -77,6 +78,9 @@ func (s *Server) load() error {
 		}
 		for i := range cs.Firewalls {
 			f := cs.Firewalls[i]
+			if len(f.Sources) == 0 { // saved before firewalls had sources
+				f.Sources = slices.Clone(DefaultSources)
+			}
 			c.firewalls[firewallKey(f.Region, f.Name)] = &f
 		}
 		for i := range cs.SSHKeys {

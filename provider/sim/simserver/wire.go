@@ -92,20 +92,28 @@ type Event struct {
 	Message string    `json:"message,omitempty"`
 }
 
-// Port is a firewall rule: a port number and "tcp" or "udp".
+// Port is a firewall rule: a port number and "tcp" or "udp", open to the
+// firewall's Sources and, with Peers, also to the instances that use the
+// firewall, whatever their address (as an AWS security group's rule may
+// name the group itself as a source).
 type Port struct {
 	Number   int    `json:"number"`
 	Protocol string `json:"protocol"`
+	Peers    bool   `json:"peers,omitempty"`
 }
 
 // Firewall is a regional firewall resource (PUT firewalls/{name}): the
-// ports it opens, its labels, and when it was created. An instance names
-// it at create; it cannot be deleted while such an instance is not
-// terminated.
+// ports it opens, the networks it opens them to (Sources: CIDRs, sorted;
+// DefaultSources when the request named none), its labels, and when it
+// was created. An instance names it at create; it cannot be deleted while
+// such an instance is not terminated. The sim records who may connect and
+// reports it (Admits, the admin view) but does not filter connections:
+// every SSH endpoint is on loopback.
 type Firewall struct {
 	Name      string            `json:"name"`
 	Region    string            `json:"region"`
 	Ports     []Port            `json:"ports"`
+	Sources   []string          `json:"sources"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 }
@@ -230,8 +238,9 @@ type placementGroupRequest struct {
 }
 
 type firewallRequest struct {
-	Ports  []Port            `json:"ports"`
-	Labels map[string]string `json:"labels"`
+	Ports   []Port            `json:"ports"`
+	Sources []string          `json:"sources"`
+	Labels  map[string]string `json:"labels"`
 }
 
 type sshKeyRequest struct {
