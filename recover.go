@@ -424,7 +424,7 @@ func (p *Provisioner) sweep(ctx context.Context, opts SweepOptions) ([]Orphan, e
 			return out, err
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: listing: %w", name, err))
+			errs = append(errs, fmt.Errorf("listing: %w", ofProvider(name, err)))
 			continue
 		}
 		for _, o := range all {
@@ -485,7 +485,7 @@ func (p *Provisioner) cleanupSharedEverywhere(ctx context.Context) error {
 	var errs []error
 	for _, name := range p.Providers() {
 		if err := p.cleanupShared(ctx, p.providers[name], provider.Location{}); err != nil {
-			errs = append(errs, fmt.Errorf("%s: shared side resources: %w", name, err))
+			errs = append(errs, fmt.Errorf("shared side resources: %w", ofProvider(name, err)))
 		}
 	}
 	return errors.Join(errs...)

@@ -16,10 +16,10 @@ func init() {
 func factory(s provider.Settings) (provider.CloudProvider, error) {
 	var cfg Config
 	if err := s.DecodeInto(&cfg); err != nil {
-		return nil, fmt.Errorf("runpod: config: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	if err := check(cfg); err != nil {
-		return nil, fmt.Errorf("runpod: config: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	if cfg.APIKey == "" {
 		cfg.APIKey = os.Getenv(EnvAPIKey)
