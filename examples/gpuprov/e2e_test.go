@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -321,8 +322,24 @@ func TestCLIJobNeeds(t *testing.T) {
 	}
 	c.ok("down", "needs-1")
 
+	// --allow-from restricts who may connect: the firewall the sim gets
+	// admits that network only; a value that is not a CIDR is bad input.
+	c.ok("up", "--gpu", "h100", "--name", "fenced-1", "--provider", "sim-a", "--timeout", "60s", "--allow-from", "203.0.113.0/24")
+	type firewall struct {
+		Sources []string `json:"sources"`
+	}
+	var res struct {
+		Firewalls []firewall `json:"firewalls"`
+	}
+	sim.adminGet(t, "/admin/clouds/sim-a/resources", &res)
+	if !slices.ContainsFunc(res.Firewalls, func(f firewall) bool { return slices.Equal(f.Sources, []string{"203.0.113.0/24"}) }) {
+		t.Errorf("up --allow-from 203.0.113.0/24: the sim's firewalls are %+v; want one admitting that network only", res.Firewalls)
+	}
+	c.ok("down", "fenced-1")
+
 	for _, args := range [][]string{
 		{"--label", "team"}, {"--label", "Team=ml"}, {"--label", "gpuprov-x=1"}, {"--disk", "0"}, {"--min-vcpus", "0"},
+		{"--allow-from", "office"}, {"--allow-from", "203.0.113.7/24"},
 	} {
 		r := c.run(append([]string{"up", "--gpu", "h100", "--name", "bad-1", "--provider", "sim-a"}, args...)...)
 		if r.code != 2 {

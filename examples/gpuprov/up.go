@@ -48,6 +48,7 @@ type upFlags struct {
 	minMemory  float64
 	diskGB     int
 	labels     []string // KEY=VALUE
+	allowFrom  []string // CIDRs
 
 	// changed reports whether the user typed a flag: only an absent flag
 	// takes its default, a typed zero is refused.
@@ -126,7 +127,7 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 		Name: f.name, GPU: f.gpu, GPUCount: f.count, MaxPricePerHour: f.maxPrice,
 		Providers: f.providers, Regions: f.regions, Timeout: f.timeout,
 		WaitForCapacity: f.wait, TTL: f.ttl, MaxCost: f.maxCost,
-		MinVCPUs: f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB,
+		MinVCPUs: f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB, SourceRanges: f.allowFrom,
 	}
 	for _, kv := range f.labels {
 		k, v, ok := strings.Cut(kv, "=")
@@ -197,6 +198,7 @@ func addNeedsFlags(fl *pflag.FlagSet, f *upFlags) {
 	fl.IntVar(&f.minVCPUs, "min-vcpus", 0, "at least this many vCPUs (default: any)")
 	fl.Float64Var(&f.minMemory, "min-memory", 0, "at least this much memory, in GB (default: any)")
 	fl.IntVar(&f.diskGB, "disk", 0, "boot disk of this size in GB (default: the provider's)")
+	fl.StringArrayVar(&f.allowFrom, "allow-from", nil, "CIDR that may connect to SSH and the open ports (repeatable; default: each provider's source_ranges, else anywhere)")
 	fl.StringArrayVar(&f.labels, "label", nil, "KEY=VALUE label on every resource of the VM (repeatable; lowercase, at most 63 characters)")
 }
 
