@@ -2,6 +2,7 @@ package gpuprov
 
 import (
 	"context"
+	"encoding/json"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -92,12 +93,14 @@ func (p *Provisioner) SSH(ctx context.Context, name string) (*ssh.Client, error)
 	if row.State != StateReady {
 		return nil, errorf("VM %s is %s, not ready: nothing to log in to", name, row.State)
 	}
-	signer := p.sshKey
-	if c, ok := p.connector.(*SSHConnector); ok && signer == nil {
-		signer = c.Signer
-	}
+	signer := p.loginKey()
 	if signer == nil {
 		return nil, errorf("VM %s: no client key: build the Provisioner WithSSHKey(signer)", name)
+	}
+	var jr journaledRequest
+	_ = json.Unmarshal(row.Request, &jr) // a request that does not parse names no keys
+	if err := p.checkClientKey(name, jr.ClientKeys); err != nil {
+		return nil, err
 	}
 	if row.HostKey == "" || row.SSHHost == "" {
 		return nil, errorf("VM %s has no pinned host key or SSH endpoint (it was launched without a connector)", name)

@@ -61,6 +61,10 @@ type driver struct {
 	// lastAttempt is why the last journaled attempt failed, for a driver
 	// that took the VM over before this process made an attempt of its own.
 	lastAttempt string
+	// background: RecoverInBackground drives it; Close halts it.
+	background bool
+	// jr is the request as journaled (the VM row's Request).
+	jr journaledRequest
 	// planSince: the plans this driver uses are made no earlier (set when
 	// it begins to wait for capacity, so that its next try sees new offers
 	// however long the plan cache keeps them).
@@ -123,6 +127,11 @@ type journaledRequest struct {
 	// than ClusterMin end ready. 0 in journals written before they existed.
 	ClusterNodes int `json:"cluster_nodes,omitempty"`
 	ClusterMin   int `json:"cluster_min,omitempty"`
+	// ClientKeys are the SHA256 fingerprints of the client keys the
+	// current attempt installed on the machine (WithSSH, WithSSHKey), so
+	// that a process holding another key says so instead of timing out at
+	// login. Empty in journals written before it existed.
+	ClientKeys []string `json:"client_keys,omitempty"`
 }
 
 func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {
@@ -131,6 +140,7 @@ func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {
 	if err := json.Unmarshal(row.Request, &jr); err != nil {
 		return nil, fmt.Errorf("gpuprov: VM %s: journaled request does not parse: %w", row.Name, err)
 	}
+	d.jr = jr
 	d.req, d.placementGroup, d.clusterNodes, d.clusterMin = jr.Request, jr.PlacementGroup, jr.ClusterNodes, jr.ClusterMin
 	if row.Cluster != "" {
 		// Journals from before JoinCluster: a node joins when this process
@@ -151,6 +161,11 @@ func (d *driver) now() time.Time { return d.p.clock.Now() }
 // from the caller's cancellation: a teardown after Ctrl-C must still be
 // journaled.
 func (d *driver) commit(ctx context.Context, st *journal.Step) error {
+	// Every cloud mutation is journaled first: a driver that writes
+	// nothing more sends nothing more.
+	if err := d.halted(); err != nil {
+		return err
+	}
 	// Writes that were allowed to wait (see teardown) go first, in the
 	// same durable commit: a torn-down confirmation, then a teardown
 	// intent.
@@ -440,6 +455,16 @@ func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.
 		// resources must not look unused in between.
 		pp.holdShared(a)
 	}
+	if keys := d.p.clientKeys(); !slices.Equal(keys, d.jr.ClientKeys) {
+		// This attempt installs this process's keys: the VM's record
+		// says so from its first write on.
+		d.jr.ClientKeys = keys
+		raw, err := json.Marshal(d.jr)
+		if err != nil {
+			return nil, fmt.Errorf("gpuprov: encoding request: %w", err)
+		}
+		d.row.Request = raw
+	}
 	d.row.State, d.row.Phase, d.row.Attempt = journal.StateProvisioning, PhasePrepare, n
 	d.row.Provider, d.row.Region, d.row.Zone, d.row.Offer, d.row.PricePerHour = o.Provider, o.Location.Region, o.Location.Zone, raw, o.PricePerHour
 	d.row.InstanceID, d.row.SSHHost, d.row.SSHPort, d.row.SSHUser, d.row.HostKey = "", "", 0, "", ""
@@ -497,6 +522,9 @@ func newID() string {
 
 // fail ends the launch as failed. Every attempt is torn down by now.
 func (d *driver) fail(ctx context.Context, cause error) error {
+	if err := d.halted(); err != nil {
+		return err
+	}
 	paid, err := d.payOwed(ctx, nil)
 	if err != nil {
 		if len(paid) > 0 {
@@ -565,5 +593,17 @@ func aborts(kind string) bool {
 // isFatal reports errors after which the driver must stop touching the VM.
 func isFatal(err error) bool {
 	var je *journalError
-	return errors.As(err, &je) || errors.Is(err, journal.ErrLeaseLost) || errors.Is(err, journal.ErrConflict)
+	return errors.As(err, &je) || errors.Is(err, journal.ErrLeaseLost) || errors.Is(err, journal.ErrConflict) ||
+		errors.Is(err, ErrClosed) || errors.Is(err, ErrKeyMismatch)
+}
+
+// halted returns ErrClosed, wrapped, once the Provisioner of a driver left
+// running in the background (RecoverInBackground) is closed: the driver
+// then stops where it is, writing and sending nothing more, and the next
+// Recover goes on from the journal. Nil otherwise.
+func (d *driver) halted() error {
+	if d.background && context.Cause(d.p.background) != nil {
+		return errorf("VM %s: stopped in phase %q: %w", d.row.Name, d.row.Phase, ErrClosed)
+	}
+	return nil
 }

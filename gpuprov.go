@@ -46,6 +46,20 @@ var (
 	// ErrExists: a launch named a VM that exists and is not deleted or
 	// failed.
 	ErrExists = journal.ErrExists
+	// ErrClosed: the Provisioner was closed. A VM it drove in the
+	// background (RecoverInBackground) was left as the journal has it,
+	// with nothing more sent to its cloud, for the next Recover.
+	ErrClosed = errors.New("gpuprov: provisioner closed")
+	// ErrKeyMismatch: the machine was launched with client keys this
+	// Provisioner does not hold (a key generated anew at each start, say):
+	// it could not log in. The error names both fingerprints. Persist the
+	// key (ssh.LoadOrCreateKey) and give it to every process of the
+	// service. A VM a Recover finds so is left as it is, for a process
+	// with the key.
+	ErrKeyMismatch = errors.New("gpuprov: client key mismatch")
+	// ErrEnded: Wait's VM ended (failed or deleted) instead of becoming
+	// ready; the error says how and why.
+	ErrEnded = errors.New("gpuprov: VM ended")
 )
 
 // Provisioner gets VMs from the configured providers and journals every step.
@@ -101,10 +115,15 @@ type Provisioner struct {
 	mu      sync.Mutex
 	held    map[string]int      // VM name → number of drivers holding its lease
 	running map[string]*running // in-process drivers, for Delete
-	closed  bool
-	stopHB  chan struct{}
-	hbDone  chan struct{}
-	pending []error // option errors
+	// background bounds the drivers RecoverInBackground leaves running:
+	// Close cancels it (cause ErrClosed) and waits for bgDrivers.
+	background context.Context
+	stopBG     context.CancelCauseFunc
+	bgDrivers  sync.WaitGroup
+	closed     bool
+	stopHB     chan struct{}
+	hbDone     chan struct{}
+	pending    []error // option errors
 }
 
 // Option configures a Provisioner.
@@ -230,7 +249,9 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 	if j == nil {
 		return nil, errors.New("gpuprov: New with a nil journal")
 	}
+	bg, stopBG := context.WithCancelCause(context.Background())
 	p := &Provisioner{
+		background: bg, stopBG: stopBG,
 		j:           j,
 		providers:   map[string]*paced{},
 		clock:       clock.Real,
@@ -344,6 +365,44 @@ func authorizedLine(pub gossh.PublicKey) string {
 }
 
 // sameKey reports whether the authorized_keys line holds pub.
+// clientKeys returns the SHA256 fingerprints of the keys this Provisioner
+// installs on the machines it launches, sorted.
+func (p *Provisioner) clientKeys() []string {
+	var out []string
+	for _, line := range p.authKeys {
+		if k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(line)); err == nil {
+			out = append(out, gossh.FingerprintSHA256(k))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// loginKey returns the client key this Provisioner logs in with, if any.
+func (p *Provisioner) loginKey() gossh.Signer {
+	if p.sshKey != nil {
+		return p.sshKey
+	}
+	if c, ok := p.connector.(*SSHConnector); ok {
+		return c.Signer
+	}
+	return nil
+}
+
+// checkClientKey fails, with ErrKeyMismatch and both fingerprints, when VM
+// name's machine was launched with keys (fingerprints) that do not include
+// the one this Provisioner logs in with: a login would only time out.
+func (p *Provisioner) checkClientKey(name string, keys []string) error {
+	signer := p.loginKey()
+	if signer == nil || len(keys) == 0 {
+		return nil
+	}
+	if fp := gossh.FingerprintSHA256(signer.PublicKey()); !slices.Contains(keys, fp) {
+		return errorf("VM %s was launched with key %s; this process holds %s: %w", name, strings.Join(keys, ", "), fp, ErrKeyMismatch)
+	}
+	return nil
+}
+
 func sameKey(line string, pub gossh.PublicKey) bool {
 	k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(line))
 	return err == nil && bytes.Equal(k.Marshal(), pub.Marshal())
@@ -368,6 +427,11 @@ func (p *Provisioner) Close() error {
 		p.stopReap()
 		<-p.reapDone
 	}
+	// Drivers left running by RecoverInBackground stop where they are
+	// (the journal holds the next step for the next Recover) before the
+	// heartbeat that keeps their leases stops.
+	p.stopBG(ErrClosed)
+	p.bgDrivers.Wait()
 	close(p.stopHB)
 	<-p.hbDone
 	close(p.closing)

@@ -56,7 +56,7 @@ func (p *Provisioner) launchNode(ctx context.Context, req Request, cn clusterNod
 		return nil, err
 	}
 	cluster, join := cn.cluster, cn.join
-	jr := journaledRequest{Request: req, PlacementGroup: cn.placementGroup, ClusterNodes: cn.nodes, ClusterMin: cn.min}
+	jr := journaledRequest{Request: req, PlacementGroup: cn.placementGroup, ClusterNodes: cn.nodes, ClusterMin: cn.min, ClientKeys: p.clientKeys()}
 	if cluster != "" {
 		jr.JoinCluster = new(join != nil)
 	}
@@ -93,6 +93,9 @@ func (p *Provisioner) launchNode(ctx context.Context, req Request, cn clusterNod
 // drive runs a driver whose VM the caller holds (hold or claim), renewing
 // its lease, and lets go of it at the end.
 func (p *Provisioner) drive(ctx context.Context, d *driver) (*VM, error) {
+	if ctx.Value(backgroundKey{}) != nil {
+		d.background = true
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := p.track(d.row.Name, cancel)
@@ -360,4 +363,36 @@ func (p *Provisioner) Health(ctx context.Context, name string) (provider.Diagnos
 		return err
 	})
 	return dg, err
+}
+
+// DefaultWaitPoll is how often Wait reads the journal.
+const DefaultWaitPoll = 2 * time.Second
+
+// Wait waits until VM name is ready, whichever process drives it (this
+// one, another replica, a RecoverInBackground), as the AWS SDK's waiters
+// do: it reads the journal every DefaultWaitPoll (on the Provisioner's
+// clock) and returns the VM once it is ready. A VM that ends otherwise
+// (failed, or deleted) is returned with an error matching ErrEnded that
+// says how and why; an unknown name is ErrNotFound. ctx bounds the wait;
+// nothing is sent to a cloud.
+func (p *Provisioner) Wait(ctx context.Context, name string) (*VM, error) {
+	for {
+		row, err := p.j.GetVM(ctx, name)
+		if err != nil {
+			return nil, vmError(name, err)
+		}
+		switch {
+		case row.State == journal.StateReady:
+			return vmFromRow(row), nil
+		case row.State.Terminal():
+			msg := fmt.Sprintf("VM %s is %s", name, row.State)
+			if row.LastError != "" {
+				msg += ": " + row.LastError
+			}
+			return vmFromRow(row), errorf("%s: %w", msg, ErrEnded)
+		}
+		if err := p.clock.Sleep(ctx, DefaultWaitPoll); err != nil {
+			return vmFromRow(row), errorf("waiting for VM %s (%s): %w", name, row.State, context.Cause(ctx))
+		}
+	}
 }

@@ -36,6 +36,9 @@ func (d *driver) node() Node {
 // then marks the VM ready. A resumed launch reconnects first.
 func (d *driver) nodePhases(ctx context.Context, a *journal.Attempt) error {
 	if d.conn == nil {
+		if err := d.p.checkClientKey(d.row.Name, d.jr.ClientKeys); err != nil {
+			return err // fatal: left as it is for a process with the key
+		}
 		sctx, sp := d.p.child(ctx, phaseSpan, PhaseConnect)
 		cctx, cancel := clock.WithDeadline(sctx, d.p.clock, d.now().Add(d.p.sshTO))
 		conn, err := d.p.connector.Connect(cctx, d.node())

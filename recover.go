@@ -52,6 +52,9 @@ const (
 	OutcomeInterrupted Outcome = "interrupted"
 	// OutcomeSkipped: left alone (Reason says why, Owner who drives it).
 	OutcomeSkipped Outcome = "skipped"
+	// OutcomeContinuing: taken over by RecoverInBackground and still
+	// driven in the background (Wait(ctx, name) waits for its end).
+	OutcomeContinuing Outcome = "continuing"
 )
 
 // Recovered is what Recover did with one VM.
@@ -71,7 +74,7 @@ type Recovered struct {
 }
 
 // Recover takes every VM the journal holds in an active state (pending,
-// provisioning, deleting) whose lease is free, expired, or held by a process
+// provisioning, waiting, deleting) whose lease is free, expired, or held by a process
 // on this host that is gone, and drives it from its last journaled phase:
 // a create is observed and adopted or sent again, a boot is waited for with
 // what is left of the deadline, a teardown is finished. A node of a cluster
@@ -83,7 +86,8 @@ type Recovered struct {
 // ones, as LaunchCluster does; without
 // WithJoiner such nodes are skipped (RecoverReport.Skipped says why), never
 // called ready outside their cluster. It returns when every VM it took has
-// ended. VMs driven by live processes are left alone. A VM that was waiting
+// ended (RecoverInBackground returns once each is taken over). VMs driven
+// by live processes are left alone. A VM that was waiting
 // for capacity (Request.WaitForCapacity) goes on waiting until its journaled
 // next try, then tries again, until its journaled deadline. Last, Recover
 // deletes the ready VMs whose TTL or cost cap has expired (Reap).
@@ -97,17 +101,68 @@ func (p *Provisioner) Recover(ctx context.Context) (rep *RecoverReport, err erro
 			endSpan(sp, err)
 		}()
 	}
-	return p.recoverVMs(ctx)
+	return p.recoverVMs(ctx, false)
 }
 
-// recoverVMs is Recover within its span.
-func (p *Provisioner) recoverVMs(ctx context.Context) (*RecoverReport, error) {
+// RecoverInBackground is Recover for a service's start: it takes over the
+// same VMs and returns as soon as each is taken over (its lease acquired,
+// its recovery journaled) or skipped, not when each has ended. The VMs it
+// took go on in the background of the Provisioner — a VM waiting for
+// capacity keeps waiting, a boot keeps booting, a teardown finishes — and
+// the report lists them with OutcomeContinuing; Wait(ctx, name) waits for
+// one to be ready or to end, and the events reach the sinks as usual. The
+// cluster nodes a crash kept from being journaled are launched in the
+// background too, and the Reap that Recover ends with runs once every VM
+// taken has ended. Close stops what still runs: each driver halts where it
+// is, writing and sending nothing more (a teardown under way first
+// finishes, bounded by its DeleteTimeout), and frees its lease, so the
+// next Recover goes on from the journal. ctx bounds the taking over only;
+// its values (a tracing span) go with the background drivers.
+func (p *Provisioner) RecoverInBackground(ctx context.Context) (rep *RecoverReport, err error) {
+	ctx, sp := p.startOp(ctx, "gpuprov.RecoverInBackground")
+	if sp.IsRecording() {
+		defer func() {
+			if rep != nil {
+				sp.SetAttributes(attrCount.Int(len(rep.VMs)))
+			}
+			endSpan(sp, err)
+		}()
+	}
+	return p.recoverVMs(ctx, true)
+}
+
+// recoverVMs is Recover (background: RecoverInBackground) within its span.
+func (p *Provisioner) recoverVMs(ctx context.Context, background bool) (*RecoverReport, error) {
+	p.mu.Lock()
+	closed := p.closed
+	if !closed && background {
+		p.bgDrivers.Add(1) // the background part below, if any
+	}
+	p.mu.Unlock()
+	if closed {
+		return nil, errorf("recover: %w", ErrClosed)
+	}
 	rows, err := p.j.ListVMs(ctx, journal.ListOptions{States: []journal.VMState{
 		journal.StatePending, journal.StateProvisioning, journal.StateWaiting, journal.StateDeleting}})
 	if err != nil {
+		if background {
+			p.bgDrivers.Done()
+		}
 		return nil, fmt.Errorf("gpuprov: recover: listing VMs: %w", err)
 	}
 	rep := &RecoverReport{Resumed: map[string]error{}, Skipped: map[string]string{}}
+	// In the background, the drives outlive the caller's ctx: they end
+	// with the Provisioner (Close), keeping ctx's values.
+	driveCtx, endDrives := ctx, func() {}
+	if background {
+		dctx, stop := context.WithCancelCause(context.WithValue(context.WithoutCancel(ctx), backgroundKey{}, true))
+		unhook := context.AfterFunc(p.background, func() { stop(context.Cause(p.background)) })
+		driveCtx, endDrives = dctx, func() { unhook(); stop(nil) }
+	}
+	// continuing are the VMs taken over and not ended yet; once the report
+	// is returned (reported), what ends is only logged.
+	continuing := map[string]Recovered{}
+	reported := false
 	var (
 		mu    sync.Mutex
 		wg    sync.WaitGroup
@@ -137,6 +192,11 @@ func (p *Provisioner) recoverVMs(ctx context.Context) (*RecoverReport, error) {
 	done := func(r journal.VM, ended journal.VMState, err error) {
 		mu.Lock()
 		defer mu.Unlock()
+		delete(continuing, r.Name)
+		if reported {
+			p.log.Info("recovered in the background", "vm", r.Name, "state", ended, "err", err)
+			return
+		}
 		rep.Resumed[r.Name] = err
 		v := found(r)
 		v.Err = err
@@ -221,10 +281,15 @@ func (p *Provisioner) recoverVMs(ctx context.Context) (*RecoverReport, error) {
 				unfinished[row.Cluster] = unfinished[row.Cluster].add(d, row.CreatedAt)
 				mu.Unlock()
 			}
+			mu.Lock()
+			v := found(r)
+			v.Outcome = OutcomeContinuing
+			continuing[r.Name] = v
+			mu.Unlock()
 			taken()
 			held = false
 			<-sem // taken over: the long drive does not hold a slot
-			rctx, sp := p.child(ctx, "gpuprov.resume", "")
+			rctx, sp := p.child(driveCtx, "gpuprov.resume", "")
 			if sp.IsRecording() {
 				sp.SetAttributes(attrVM.String(r.Name), attrState.String(string(row.State)))
 			}
@@ -248,8 +313,11 @@ func (p *Provisioner) recoverVMs(ctx context.Context) (*RecoverReport, error) {
 			if uc.tmpl.joinCluster {
 				cn.join = clusters.join(name)
 			}
+			mu.Lock()
+			continuing[req.Name] = Recovered{Name: req.Name, Outcome: OutcomeContinuing}
+			mu.Unlock()
 			wg.Go(func() {
-				vm, err := p.launchNode(ctx, req, cn)
+				vm, err := p.launchNode(driveCtx, req, cn)
 				ended := journal.StateFailed
 				if vm != nil {
 					ended = vm.State
@@ -258,18 +326,43 @@ func (p *Provisioner) recoverVMs(ctx context.Context) (*RecoverReport, error) {
 			})
 		}
 	}
-	wg.Wait()
-	// All or nothing, as LaunchCluster: a cluster with fewer ready nodes
-	// than it needs gives back the ready ones.
-	for name, uc := range unfinished {
-		p.enforceClusterMin(ctx, name, uc.tmpl.clusterNodes, uc.tmpl.clusterMin, rep)
+	// The end: every VM taken has ended. All or nothing, as
+	// LaunchCluster: a cluster with fewer ready nodes than it needs gives
+	// back the ready ones; then the expired VMs are reaped.
+	finish := func(ctx context.Context, rep *RecoverReport) error {
+		wg.Wait()
+		for name, uc := range unfinished {
+			p.enforceClusterMin(ctx, name, uc.tmpl.clusterNodes, uc.tmpl.clusterMin, rep)
+		}
+		var err error
+		rep.Reaped, err = p.Reap(ctx)
+		return err
 	}
+	if background {
+		mu.Lock()
+		for _, v := range continuing {
+			rep.VMs = append(rep.VMs, v)
+		}
+		reported = true
+		mu.Unlock()
+		go func() {
+			defer p.bgDrivers.Done()
+			defer endDrives()
+			if err := finish(driveCtx, &RecoverReport{Resumed: map[string]error{}, Skipped: map[string]string{}}); err != nil && context.Cause(driveCtx) == nil {
+				p.log.Warn("recover: reaping after the background recovery", "err", err)
+			}
+		}()
+		slices.SortFunc(rep.VMs, func(a, b Recovered) int { return strings.Compare(a.Name, b.Name) })
+		return rep, nil
+	}
+	err = finish(ctx, rep)
 	slices.SortFunc(rep.VMs, func(a, b Recovered) int { return strings.Compare(a.Name, b.Name) })
-	if rep.Reaped, err = p.Reap(ctx); err != nil {
-		return rep, err
-	}
-	return rep, nil
+	return rep, err
 }
+
+// backgroundKey marks the context of the drivers RecoverInBackground
+// leaves running: drive flags them, so that Close halts them.
+type backgroundKey struct{}
 
 // ownerAlive reports whether a lease owner may still be running. Owners are
 // "host/pid/start-nanos/random". On this host, a pid that does not exist, or

@@ -77,6 +77,35 @@ func ParsePrivateKey(pemBytes []byte) (gossh.Signer, error) {
 	return signer, nil
 }
 
+// LoadOrCreateKey returns the client key kept at path, generating an
+// ed25519 key and writing it there (0600, atomically) the first time. A
+// service calls it at every start, so that after a restart it still logs
+// in to the machines it launched: a key generated anew at each start was
+// never installed on them. Two processes starting at once end up with the
+// same key (the one written first).
+func LoadOrCreateKey(path string) (gossh.Signer, error) {
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		return ParsePrivateKey(b)
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("ssh: read key %s: %w", path, err)
+	}
+	kp, err := GenerateKey()
+	if err != nil {
+		return nil, err
+	}
+	if err := WritePrivateKey(path, kp); err != nil {
+		if errors.Is(err, ErrKeyExists) { // another process wrote its own first
+			if b, rerr := os.ReadFile(path); rerr == nil {
+				return ParsePrivateKey(b)
+			}
+		}
+		return nil, err
+	}
+	return kp.Signer, nil
+}
+
 // WritePrivateKey stores kp.PrivatePEM at path with mode 0600, creating
 // the file atomically (a crash leaves no partial key). If path already
 // holds the same key it returns nil (and tightens its mode to 0600); if it

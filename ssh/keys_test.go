@@ -155,3 +155,34 @@ func TestKnownHostsLine(t *testing.T) {
 		t.Error("knownhosts accepted another key")
 	}
 }
+
+// TestLoadOrCreateKey: the first call writes a 0600 key, every later call
+// (a restart) returns that same key, and a file that is not a key is an
+// error, not a new key over it.
+func TestLoadOrCreateKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "id_ed25519")
+	first, err := LoadOrCreateKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v, mode %v; want 0600", err, fi.Mode())
+	}
+	again, err := LoadOrCreateKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first.PublicKey().Marshal(), again.PublicKey().Marshal()) {
+		t.Error("a second LoadOrCreateKey returned another key: a restart would not log in")
+	}
+	bad := filepath.Join(t.TempDir(), "not-a-key")
+	if err := os.WriteFile(bad, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateKey(bad); err == nil {
+		t.Error("LoadOrCreateKey of a file that is no key succeeded")
+	}
+	if b, _ := os.ReadFile(bad); string(b) != "hello" {
+		t.Error("LoadOrCreateKey overwrote a file that is no key")
+	}
+}
