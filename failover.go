@@ -37,6 +37,9 @@ func (d *driver) afterFailure(ctx context.Context, a *journal.Attempt, err error
 	if isFatal(err) {
 		return err
 	}
+	if herr := d.halted(); herr != nil {
+		return herr
+	}
 	kind := provider.KindOf(err)
 	var pe *phaseError
 	isPhase := errors.As(err, &pe)
@@ -277,6 +280,11 @@ func (d *driver) deleteInstances(ctx context.Context, pp *paced, a *journal.Atte
 		}
 		return err
 	}
+	// stopping: ids the last look saw shutting down. One seen stopping and
+	// then not (a pod past its grace on a node that died: the cloud will
+	// not finish it) is sent its Delete again at once, not a redeleteAfter
+	// later: the adapter forces what it can.
+	stopping := map[string]bool{}
 	var lastErr error
 	for failures := 0; ; {
 		var known []string
@@ -298,9 +306,13 @@ func (d *driver) deleteInstances(ctx context.Context, pp *paced, a *journal.Atte
 				var del []string
 				for _, o := range obs {
 					at, asked := requested[o.ID]
-					if o.Status != provider.StatusStopping && (!asked || d.now().Sub(at) >= redeleteAfter) {
+					if o.Status != provider.StatusStopping && (!asked || stopping[o.ID] || d.now().Sub(at) >= redeleteAfter) {
 						del = append(del, o.ID)
 					}
+				}
+				clear(stopping)
+				for _, o := range obs {
+					stopping[o.ID] = o.Status == provider.StatusStopping
 				}
 				if len(obs) == 0 && !d.now().Before(a.CreateSent.Add(window)) {
 					return nil

@@ -1,13 +1,17 @@
 package kubernetes
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -49,8 +53,13 @@ var (
 //   - Service creation allocates node ports (30000 on) and cluster IPs, and
 //     a LoadBalancer gets an ingress IP when lbIngress is set.
 //
-// Deletion is immediate, as the API server does for a pod no kubelet runs
-// and as the fake always does.
+// Deleting a pod is immediate when no kubelet has to confirm it (the pod is
+// not bound, already terminated, or the delete's grace period is 0) or its
+// node's kubelet is alive (Ready: it stops the pod at once and confirms).
+// On a node that is down (see nodeGoesDown) the API server sets the pod's
+// deletionTimestamp to now plus the grace period and the pod stays, as on
+// a real cluster, until a delete with GracePeriodSeconds 0 (pod
+// strategy's CheckGracefulDelete and rest.BeforeDelete in k8s.io/apiserver).
 type cluster struct {
 	cs  *fake.Clientset
 	clk *clock.Fake
@@ -61,6 +70,7 @@ type cluster struct {
 	nextPort     int32
 	lbIngress    string
 	beforeCreate func(pod *corev1.Pod) // runs as a pod create arrives
+	beforeDelete func(pod *corev1.Pod) // runs as a pod delete arrives
 }
 
 func newCluster(t *testing.T, nodes ...*corev1.Node) *cluster {
@@ -85,6 +95,7 @@ func newCluster(t *testing.T, nodes ...*corev1.Node) *cluster {
 		}
 		return false, nil, nil
 	})
+	c.cs.PrependReactor("delete", "pods", c.onDelete)
 	c.cs.PrependReactor("create", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		svc := a.(k8stesting.CreateAction).GetObject().(*corev1.Service)
 		c.mu.Lock()
@@ -107,8 +118,100 @@ func newCluster(t *testing.T, nodes ...*corev1.Node) *cluster {
 	return c
 }
 
+// onDelete answers a pod delete as the API server does (see cluster).
+func (c *cluster) onDelete(a k8stesting.Action) (bool, runtime.Object, error) {
+	da := a.(k8stesting.DeleteAction)
+	c.mu.Lock()
+	hook := c.beforeDelete
+	c.mu.Unlock()
+	obj, err := c.cs.Tracker().Get(podsGVR, da.GetNamespace(), da.GetName())
+	if err != nil {
+		return false, nil, nil // the tracker answers NotFound
+	}
+	if hook != nil {
+		hook(obj.(*corev1.Pod))
+		if obj, err = c.cs.Tracker().Get(podsGVR, da.GetNamespace(), da.GetName()); err != nil {
+			return false, nil, nil
+		}
+	}
+	pod := obj.(*corev1.Pod)
+	opts := da.GetDeleteOptions()
+	if pre := opts.Preconditions; pre != nil && pre.UID != nil && *pre.UID != pod.UID {
+		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, pod.Name, errors.New("the UID in the precondition does not match the UID in record"))
+	}
+	grace := int64(0)
+	switch {
+	case opts.GracePeriodSeconds != nil:
+		grace = *opts.GracePeriodSeconds
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		grace = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	if grace == 0 || pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed ||
+		c.kubeletAlive(pod.Spec.NodeName) {
+		return false, nil, nil // deleted at once
+	}
+	if pod.DeletionTimestamp == nil {
+		at := metav1.NewTime(c.clk.Now().Add(time.Duration(grace) * time.Second))
+		pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &at, &grace
+		c.update(pod)
+	}
+	return true, pod, nil
+}
+
+// kubeletAlive reports whether node's kubelet reports Ready.
+func (c *cluster) kubeletAlive(node string) bool {
+	obj, err := c.cs.Tracker().Get(nodesGVR, "", node)
+	if err != nil {
+		return false
+	}
+	for _, cond := range obj.(*corev1.Node).Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// nodeGoesDown is what the node lifecycle controller does when a node's
+// kubelet stops reporting: Ready becomes Unknown ("Kubelet stopped posting
+// node status."), the node is tainted node.kubernetes.io/unreachable
+// (NoSchedule and NoExecute), and its pods' Ready condition becomes False
+// (MarkPodsNotReady) while their phase stays what the kubelet last wrote
+// (pkg/controller/nodelifecycle/node_lifecycle_controller.go,
+// pkg/controller/util/node/controller_utils.go).
+func (c *cluster) nodeGoesDown(name string) {
+	obj, err := c.cs.Tracker().Get(nodesGVR, "", name)
+	if err != nil {
+		panic(err)
+	}
+	n := obj.(*corev1.Node).DeepCopy()
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			n.Status.Conditions[i] = corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+				Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status.", LastTransitionTime: metav1.NewTime(c.clk.Now())}
+		}
+	}
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule},
+		corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute})
+	if err := c.cs.Tracker().Update(nodesGVR, n, ""); err != nil {
+		panic(err)
+	}
+	for _, pod := range c.pods(metav1.NamespaceAll) {
+		if pod.Spec.NodeName != name {
+			continue
+		}
+		for i := range pod.Status.Conditions {
+			if pod.Status.Conditions[i].Type == corev1.PodReady {
+				pod.Status.Conditions[i].Status = corev1.ConditionFalse
+			}
+		}
+		c.update(&pod)
+	}
+}
+
 // gpuNode is a Ready node with GPU feature discovery's product label, a
-// zone, internal and external addresses and gpus allocatable.
+// zone, internal and external addresses, gpus allocatable and 96 CPUs and
+// 1536 GiB of memory.
 func gpuNode(name, zone, product string, gpus int) *corev1.Node {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelGPUProduct: product, LabelZone: zone,
@@ -116,7 +219,7 @@ func gpuNode(name, zone, product string, gpus int) *corev1.Node {
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}},
 		Status: corev1.NodeStatus{
 			Allocatable: corev1.ResourceList{resourceGPU: *resource.NewQuantity(int64(gpus), resource.DecimalSI),
-				corev1.ResourceCPU: resource.MustParse("96")},
+				corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("1536Gi")},
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
 			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0." + name[len(name)-1:]},
 				{Type: corev1.NodeExternalIP, Address: "203.0.113." + name[len(name)-1:]}},
@@ -182,10 +285,10 @@ func (c *cluster) update(pod *corev1.Pod) {
 func (c *cluster) reconcile() {
 	now := c.clk.Now()
 	pods := c.pods(metav1.NamespaceAll)
-	used := map[string]int64{}
+	used := map[string]usage{}
 	for _, p := range pods {
 		if p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			used[p.Spec.NodeName] += gpuRequest(&p)
+			used[p.Spec.NodeName] = used[p.Spec.NodeName].plus(podUsage(&p))
 		}
 	}
 	nodes := c.nodes()
@@ -196,8 +299,9 @@ func (c *cluster) reconcile() {
 		case pod.Status.Phase != "" && pod.Status.Phase != corev1.PodPending:
 			continue
 		case pod.Spec.NodeName == "":
-			want := gpuRequest(pod)
-			var insufficient, mismatch int
+			want := podUsage(pod)
+			short := map[string]int{} // NodeResourcesFit's reasons, counted over the nodes
+			mismatch := 0
 			var chosen *corev1.Node
 			for j := range nodes {
 				n := &nodes[j]
@@ -205,25 +309,36 @@ func (c *cluster) reconcile() {
 					mismatch++
 					continue
 				}
-				alloc := n.Status.Allocatable[resourceGPU]
-				if alloc.Value()-used[n.Name] < want {
-					insufficient++
-					continue
+				if fits(n, used[n.Name], want) {
+					chosen = n
+					break
 				}
-				chosen = n
-				break
+				alloc, u := n.Status.Allocatable, used[n.Name]
+				gpus := alloc[resourceGPU]
+				if alloc.Cpu().MilliValue()-u.milliCPU < want.milliCPU {
+					short["Insufficient cpu"]++
+				}
+				if alloc.Memory().Value()-u.memory < want.memory {
+					short["Insufficient memory"]++
+				}
+				if gpus.Value()-u.gpus < want.gpus {
+					short["Insufficient nvidia.com/gpu"]++
+				}
 			}
 			if chosen == nil {
-				msg := fmt.Sprintf("0/%d nodes are available:", len(nodes))
-				if insufficient > 0 {
-					msg += fmt.Sprintf(" %d Insufficient nvidia.com/gpu", insufficient)
-				}
+				// The scheduler's FitError message: each reason with
+				// the number of nodes it kept the pod off, sorted
+				// (kubernetes v1.37.2 pkg/scheduler/framework/types.go;
+				// NodeResourcesFit's "Insufficient <resource>").
 				if mismatch > 0 {
-					if insufficient > 0 {
-						msg += ","
-					}
-					msg += fmt.Sprintf(" %d node(s) didn't match Pod's node affinity/selector", mismatch)
+					short["node(s) didn't match Pod's node affinity/selector"] = mismatch
 				}
+				var reasons []string
+				for r, n := range short {
+					reasons = append(reasons, fmt.Sprintf("%d %s", n, r))
+				}
+				slices.Sort(reasons)
+				msg := fmt.Sprintf("0/%d nodes are available: %s", len(nodes), strings.Join(reasons, ", "))
 				msg += fmt.Sprintf(". preemption: 0/%d nodes are available: %d No preemption victims found for incoming pod.", len(nodes), len(nodes))
 				if c, ok := unschedulable(pod); ok && c.Message == msg {
 					continue
@@ -238,7 +353,7 @@ func (c *cluster) reconcile() {
 				c.update(pod)
 				continue
 			}
-			used[chosen.Name] += want
+			used[chosen.Name] = used[chosen.Name].plus(want)
 			pod.Spec.NodeName = chosen.Name
 			pod.Status.Phase = corev1.PodPending
 			pod.Status.HostIP = chosen.Status.Addresses[0].Address
@@ -253,7 +368,7 @@ func (c *cluster) reconcile() {
 			fallthrough
 		default:
 			at, ok := c.bound[key]
-			if !ok || now.Sub(at) < c.bootDelay {
+			if !ok || now.Sub(at) < c.bootDelay || !c.kubeletAlive(pod.Spec.NodeName) {
 				continue
 			}
 			pod.Status.Phase = corev1.PodRunning

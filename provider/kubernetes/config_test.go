@@ -61,7 +61,8 @@ func TestConfigFromGoTOMLAndJSON(t *testing.T) {
 			Tolerations:  []Toleration{{Key: "nvidia.com/gpu", Operator: "Exists", Effect: "NoSchedule"}, {Key: "pool", Value: "a100"}},
 			RuntimeClass: "nvidia", GPUPricePerHour: 1.25, UnschedulableWindow: 3 * time.Minute,
 			PollInterval: 4 * time.Second, BootTimeout: 20 * time.Minute, DeleteTimeout: 6 * time.Minute,
-			RequestTimeout: 45 * time.Second, RequestsPerSecond: 15, Burst: 30},
+			RequestTimeout: 45 * time.Second, RequestsPerSecond: 15, Burst: 30,
+			SourceRanges: []string{"203.0.113.0/24", "2001:db8::/32"}},
 		TOML: `
 kubeconfig = ` + quoted + `
 context = "east-gpu"
@@ -82,13 +83,14 @@ delete_timeout = "6m"
 request_timeout = "45s"
 requests_per_second = 15
 burst = 30
+source_ranges = ["203.0.113.0/24", "2001:db8::/32"]
 `,
 		JSON: `{"kubeconfig": ` + quoted + `, "context": "east-gpu", "namespace": "gpu-jobs", "regions": ["east"],
 			"image": "registry.example/cuda-sshd:12.4", "service_type": "LoadBalancer",
 			"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, {"key": "pool", "value": "a100"}],
 			"runtime_class": "nvidia", "gpu_price_per_hour": 1.25, "unschedulable_window": "3m",
 			"poll_interval": "4s", "boot_timeout": "20m", "delete_timeout": "6m", "request_timeout": "45s",
-			"requests_per_second": 15, "burst": 30}`,
+			"requests_per_second": 15, "burst": 30, "source_ranges": ["203.0.113.0/24", "2001:db8::/32"]}`,
 		Settings: func(t *testing.T, p provider.CloudProvider) any {
 			k := p.(*Provider)
 			return []any{k.cfg, k.region}

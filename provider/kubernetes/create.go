@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -43,6 +45,9 @@ func PodName(vm string, attempt int) string {
 // apt-get, dnf or apk with network access to install openssh-server. The
 // script:
 //
+//  0. refuses a $GPUPROV_SSH_USER that is not a user name (a lowercase
+//     letter or '_', then lowercase letters, digits, '_' and '-'): the
+//     name is expanded by the shell to find its home;
 //  1. installs openssh-server (and sudo) when sshd is missing;
 //  2. creates the login user $GPUPROV_SSH_USER (default root) when missing,
 //     with passwordless sudo;
@@ -60,6 +65,15 @@ func PodName(vm string, attempt int) string {
 // policy is Never: sshd exiting ends the instance.
 const StartupScript = `set -eu
 u="${GPUPROV_SSH_USER:-root}"
+l=abcdefghijklmnopqrstuvwxyz
+case "$u" in
+  [_$l]*) case "$u" in *[!_${l}0123456789-]*) u= ;; esac ;;
+  *) u= ;;
+esac
+if [ -z "$u" ]; then
+  echo "gpuprov: GPUPROV_SSH_USER is not a user name" >&2
+  exit 1
+fi
 k="${GPUPROV_SSH_DIR:-` + secretMountPath + `}"
 r="${GPUPROV_ROOT:-}"
 if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
@@ -98,12 +112,41 @@ exec "$sshd" -D -e -p 22 -o HostKey="$r/etc/ssh/ssh_host_ed25519_key" -o Passwor
   -o KbdInteractiveAuthentication=no -o PermitRootLogin=prohibit-password -o UsePAM=no
 `
 
-// podFor builds the pod of spec's attempt on offer.
-func (p *Provider) podFor(offer *provider.Offer, d detail, spec *provider.InstanceSpec) *corev1.Pod {
-	user := spec.SSHUser
-	if user == "" {
-		user = "root"
+// userRE is a Linux user name by the rule the Azure adapter applies to its
+// admin user: a lowercase letter or '_', then up to 31 lowercase letters,
+// digits, '_' or '-' (what useradd accepts everywhere, and nothing a shell
+// would expand).
+var userRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+
+// sshUser returns the instance's login user: spec.SSHUser, default root.
+// A name userRE does not match is InvalidRequest: StartupScript creates the
+// user and expands ~user in a shell, so the name must be a plain user name.
+func (p *Provider) sshUser(op string, spec *provider.InstanceSpec) (string, error) {
+	if spec.SSHUser == "" {
+		return "root", nil
 	}
+	if !userRE.MatchString(spec.SSHUser) {
+		return "", p.errorf(provider.InvalidRequest, op, "ssh user %q is not a Linux user name (a lowercase letter or '_', then up to 31 lowercase letters, digits, '_' or '-')", spec.SSHUser)
+	}
+	return spec.SSHUser, nil
+}
+
+// resources are the container's requests and limits: the offer's GPUs,
+// and its vCPUs and memory (GiB) where the offer has them (an offer
+// journaled by an older version has none). Requests equal limits: a
+// ResourceQuota on cpu or memory needs both set ("must specify"), and the
+// pod is in the Guaranteed QoS class, last to be evicted.
+func resources(offer *provider.Offer) corev1.ResourceRequirements {
+	list := corev1.ResourceList{resourceGPU: gpuQuantity(offer.GPUCount)}
+	if offer.VCPUs > 0 && offer.MemoryGB > 0 {
+		list[corev1.ResourceCPU] = *resource.NewQuantity(int64(offer.VCPUs), resource.DecimalSI)
+		list[corev1.ResourceMemory] = *resource.NewQuantity(int64(offer.MemoryGB)<<30, resource.BinarySI)
+	}
+	return corev1.ResourceRequirements{Limits: list, Requests: list.DeepCopy()}
+}
+
+// podFor builds the pod of spec's attempt on offer for the login user.
+func (p *Provider) podFor(offer *provider.Offer, d detail, spec *provider.InstanceSpec, user string) *corev1.Pod {
 	image := spec.Image
 	if image == "" {
 		image = p.cfg.Image
@@ -114,7 +157,6 @@ func (p *Provider) podFor(offer *provider.Offer, d detail, spec *provider.Instan
 	if offer.Location.Zone != "" {
 		selector[LabelZone] = offer.Location.Zone
 	}
-	gpus := gpuQuantity(offer.GPUCount)
 	mode := int32(0o400)
 	grace := int64(10)
 	pod := &corev1.Pod{
@@ -133,15 +175,12 @@ func (p *Provider) podFor(offer *provider.Offer, d detail, spec *provider.Instan
 			EnableServiceLinks:            new(false),
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
-				Name:    containerName,
-				Image:   image,
-				Command: []string{"/bin/sh", "-c", StartupScript},
-				Env:     []corev1.EnvVar{{Name: "GPUPROV_SSH_USER", Value: user}},
-				Ports:   []corev1.ContainerPort{{Name: "ssh", ContainerPort: 22, Protocol: corev1.ProtocolTCP}},
-				Resources: corev1.ResourceRequirements{
-					Limits:   corev1.ResourceList{resourceGPU: gpus},
-					Requests: corev1.ResourceList{resourceGPU: gpus},
-				},
+				Name:      containerName,
+				Image:     image,
+				Command:   []string{"/bin/sh", "-c", StartupScript},
+				Env:       []corev1.EnvVar{{Name: "GPUPROV_SSH_USER", Value: user}},
+				Ports:     []corev1.ContainerPort{{Name: "ssh", ContainerPort: 22, Protocol: corev1.ProtocolTCP}},
+				Resources: resources(offer),
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(22)}},
 					PeriodSeconds: 5,
@@ -161,18 +200,20 @@ func (p *Provider) podFor(offer *provider.Offer, d detail, spec *provider.Instan
 
 // Create writes the attempt's host key into the VM's Secret (when the core
 // injects one), creates the pod gpuprov-<vm>-<attempt> (labels, node
-// selector on the offer's product label and zone, nvidia.com/gpu limits,
-// tolerations, the Secret mounted, StartupScript as command) and waits,
-// bounded by unschedulable_window, for the scheduler's decision:
+// selector on the offer's product label and zone, nvidia.com/gpu and the
+// offer's CPU and memory as requests and limits, tolerations, the Secret
+// mounted, StartupScript as command) and waits, bounded by
+// unschedulable_window, for the scheduler's decision:
 //
 //   - bound to a node: the pod's name is returned, the core polls Observe
 //     until it runs;
-//   - still unschedulable for "Insufficient nvidia.com/gpu" when the window
-//     ends: a Capacity error (the pod exists; the core's teardown deletes
-//     it, blocks the offer and moves on). This is the cluster's stockout:
-//     the Kubernetes API reports it only as the pod's PodScheduled
-//     condition, so this bounded wait on the scheduler is the one wait
-//     the contract allows (on an operation whose result carries the error);
+//   - still unschedulable for "Insufficient nvidia.com/gpu" (or cpu, or
+//     memory) when the window ends: a Capacity error (the pod exists; the
+//     core's teardown deletes it, blocks the offer and moves on). This is
+//     the cluster's stockout: the Kubernetes API reports it only as the
+//     pod's PodScheduled condition, so this bounded wait on the scheduler
+//     is the one wait the contract allows (on an operation whose result
+//     carries the error);
 //   - unschedulable for another reason (an untolerated taint, a node
 //     selector no node matches any more): Failed, with the scheduler's
 //     message;
@@ -180,8 +221,10 @@ func (p *Provider) podFor(offer *provider.Offer, d detail, spec *provider.Instan
 //     reports the pod Failed should it be unschedulable for the window.
 //
 // A pod of that name that exists already (a replayed create whose first
-// answer was lost) is adopted when it carries the VM's identity. A create
-// refused by a ResourceQuota is Quota, by RBAC Credentials (see classify).
+// answer was lost) is adopted when it carries the VM's identity. A login
+// user that is not a user name is InvalidRequest before any call. A create
+// an admission plugin refuses is classified by the plugin's message, one
+// the authorizer refuses is Credentials (see forbidden).
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	if err := p.checkRegion("create", offer.Location); err != nil {
 		return "", err
@@ -194,15 +237,19 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	if err := json.Unmarshal(prep, &pr); err != nil || pr.Secret == "" {
 		return "", p.errorf(provider.Failed, "create", "prepared state %s does not parse: %v", prep, err)
 	}
+	user, err := p.sshUser("create", spec)
+	if err != nil {
+		return "", err
+	}
 	if spec.HostKey != nil && spec.HostKey.PrivatePEM != "" {
 		if err := p.ensureSecret(ctx, "create", spec); err != nil {
 			return "", err
 		}
 	}
-	pod := p.podFor(offer, d, spec)
+	pod := p.podFor(offer, d, spec, user)
 	start := p.clock.Now()
 	cctx, cancel := p.call(ctx)
-	_, err := p.cs.CoreV1().Pods(p.cfg.Namespace).Create(cctx, pod, metav1.CreateOptions{})
+	_, err = p.cs.CoreV1().Pods(p.cfg.Namespace).Create(cctx, pod, metav1.CreateOptions{})
 	cancel()
 	if apierrors.IsAlreadyExists(err) {
 		cctx, cancel := p.call(ctx)
@@ -253,7 +300,7 @@ func (p *Provider) awaitScheduling(ctx context.Context, name string, start time.
 				return nil
 			}
 			if c, ok := unschedulable(pod); ok {
-				if insufficientGPU(c.Message) {
+				if insufficient(c.Message) {
 					return p.errorf(provider.Capacity, "create", "pod %s unschedulable for %v: %s", name, window.Round(time.Second), c.Message)
 				}
 				return p.errorf(provider.Failed, "create", "pod %s unschedulable for %v: %s", name, window.Round(time.Second), c.Message)
@@ -287,6 +334,15 @@ func unschedulable(pod *corev1.Pod) (corev1.PodCondition, bool) {
 // plugin's "Insufficient <resource>" reason).
 func insufficientGPU(msg string) bool {
 	return strings.Contains(msg, "Insufficient "+string(resourceGPU))
+}
+
+// insufficient reports whether a scheduler message says nodes lack free
+// GPUs, CPU or memory (NodeResourcesFit's "Insufficient nvidia.com/gpu",
+// "Insufficient cpu", "Insufficient memory"): the pod's shape does not fit
+// what the nodes have left, the cluster's stockout.
+func insufficient(msg string) bool {
+	return insufficientGPU(msg) || strings.Contains(msg, "Insufficient "+string(corev1.ResourceCPU)) ||
+		strings.Contains(msg, "Insufficient "+string(corev1.ResourceMemory))
 }
 
 // preconditions makes a delete apply only to the object with uid: a newer

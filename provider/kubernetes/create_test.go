@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -191,12 +192,17 @@ func TestCreateWaitsOutTheUnschedulableWindow(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		occupy   bool
+		cpuHog   bool   // another tenant's pod takes the node's CPUs
 		selector string // a product label value no node has any more
 		kind     provider.ErrorKind
 		message  string
 	}{
-		{"insufficient gpu", true, "", provider.Capacity, "1 Insufficient nvidia.com/gpu"},
-		{"selector matches no node", false, "NVIDIA-B200", provider.Failed, "didn't match Pod's node affinity/selector"},
+		{"insufficient gpu", true, false, "", provider.Capacity, "1 Insufficient nvidia.com/gpu"},
+		// NodeResourcesFit's "Insufficient cpu" (kubernetes v1.37.2
+		// pkg/scheduler/framework/plugins/noderesources/fit.go): the
+		// pod's share of the node's CPUs is taken, the same stockout.
+		{"insufficient cpu", false, true, "", provider.Capacity, "1 Insufficient cpu"},
+		{"selector matches no node", false, false, "NVIDIA-B200", provider.Failed, "didn't match Pod's node affinity/selector"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -206,6 +212,15 @@ func TestCreateWaitsOutTheUnschedulableWindow(t *testing.T) {
 			o := planOne(t, p, provider.ResourceRequest{GPU: "H100-80GB", GPUCount: 8})
 			if tc.occupy {
 				c.occupy("node-1", 1)
+			}
+			if tc.cpuHog {
+				hog := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etl", Namespace: "team-c"},
+					Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "etl", Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("90")}}}}},
+					Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+				if err := c.cs.Tracker().Add(hog); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if tc.selector != "" {
 				o.Detail, _ = json.Marshal(detail{Label: LabelGPUProduct, Product: tc.selector})

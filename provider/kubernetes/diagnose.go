@@ -25,6 +25,7 @@ import (
 //	evicted / disrupted   the pod was evicted (status reason) or has a DisruptionTarget
 //	                      condition (preemption, taint eviction, node shutdown): Critical
 //	terminating           deletion requested: Warn
+//	node-down             the pod's node is gone, unreachable or not Ready: Critical
 //	no-ssh-endpoint       running without a node port or ingress yet: Warn
 //
 // A pod that is gone (deleted, or never there) is reported not existing:
@@ -58,7 +59,7 @@ func (p *Provider) Diagnose(ctx context.Context, loc provider.Location, vm, inst
 	now := p.clock.Now()
 	o := p.observed(pod, l, now)
 	d.Exists, d.Status, d.VendorStatus = true, o.Status, o.VendorStatus
-	d.Findings = append(d.Findings, p.findings(pod, now)...)
+	d.Findings = append(d.Findings, p.findings(pod, l.down(pod), now)...)
 	if o.Status == provider.StatusPending && pod.Status.Phase == corev1.PodRunning && podReady(pod) {
 		d.Findings = append(d.Findings, provider.Finding{Severity: provider.Warn, Code: "no-ssh-endpoint",
 			Message: fmt.Sprintf("pod runs but its %s service has no endpoint yet", p.cfg.ServiceType)})
@@ -74,9 +75,14 @@ func (p *Provider) Diagnose(ctx context.Context, loc provider.Location, vm, inst
 	return d, nil
 }
 
-// findings reads the pod's conditions and container states.
-func (p *Provider) findings(pod *corev1.Pod, now time.Time) []provider.Finding {
+// findings reads the pod's conditions and container states, and its
+// node's health (down, see nodeDown).
+func (p *Provider) findings(pod *corev1.Pod, down string, now time.Time) []provider.Finding {
 	var out []provider.Finding
+	if down != "" {
+		out = append(out, provider.Finding{Severity: provider.Critical, Code: "node-down",
+			Message: down + ": the pod's state is unknown; a deletion past its grace period is forced"})
+	}
 	if pod.DeletionTimestamp != nil {
 		out = append(out, provider.Finding{Severity: provider.Warn, Code: "terminating",
 			Message: "deletion requested", At: pod.DeletionTimestamp.Time})
@@ -87,7 +93,7 @@ func (p *Provider) findings(pod *corev1.Pod, now time.Time) []provider.Finding {
 			code = "insufficient-gpu"
 		}
 		sev := provider.Warn
-		if status, _ := p.podStatus(pod, now); status == provider.StatusFailed {
+		if status, _ := p.podStatus(pod, down, now); status == provider.StatusFailed {
 			sev = provider.Critical
 		}
 		out = append(out, provider.Finding{Severity: sev, Code: code, Message: describeUnschedulable(c, now), At: c.LastTransitionTime.Time})

@@ -17,6 +17,7 @@
 //	context            = "gpu-cluster"      # default: the current context
 //	namespace          = "gpuprov"          # default: the context's namespace
 //	service_type       = "NodePort"         # or LoadBalancer, ClusterIP
+//	source_ranges      = ["203.0.113.0/24"] # LoadBalancer only: who may connect; default everyone
 //	gpu_price_per_hour = 1.2                # internal price: a cluster has no price list
 //	unschedulable_window = "2m"             # Insufficient nvidia.com/gpu this long → Capacity
 //
@@ -31,28 +32,33 @@
 //	          terminated; the namespace's only without that right): per zone and
 //	          GPU product (nvidia.com/gpu.product, else
 //	          cloud.google.com/gke-accelerator), the allocatable nvidia.com/gpu
-//	          of schedulable nodes minus what their pods request
+//	          of schedulable nodes minus what their pods request, and the pod's
+//	          shape: the node's CPU and memory in proportion to its GPUs
 //	Prepare   secrets.create gpuprov-<vm> (authorized_keys, the host key) and
 //	          services.create gpuprov-<vm> (selector: both identity labels, port
-//	          22); alreadyExists → get, adopt if ours (secrets.update)
+//	          22; a LoadBalancer's loadBalancerSourceRanges when restricted);
+//	          alreadyExists → get, adopt if ours (secrets.update)
 //	Create    secrets.get+update (the attempt's host key) + pods.create
 //	          gpuprov-<vm>-<attempt>; alreadyExists → pods.get, adopt if ours;
 //	          then pods.get until the scheduler decides, bounded by
 //	          unschedulable_window: "Insufficient nvidia.com/gpu" for the
 //	          whole window is Capacity
 //	Observe   pods.list (label selector gpuprov=<vm>,gpuprov-installation=<id>)
-//	          + services.list (installation) + nodes.get per node (NodePort)
+//	          + services.list (installation) + nodes.get per node a pod is on
+//	          (its health; a NodePort's addresses)
 //	List      the same with selector gpuprov-installation=<id>,gpuprov
 //	Delete    per id: pods.get (ours?) + pods.delete with a UID precondition;
-//	          404 is success; not waited for
+//	          404 is success; not waited for. A pod terminating past its grace
+//	          period on a node that is down: nodes.get + pods.delete with
+//	          gracePeriodSeconds 0
 //	Cleanup   services.get+delete and secrets.get+delete gpuprov-<vm> if ours;
 //	          404 is success
 //	Diagnose  pods.get + the Observe calls: conditions and container states
 //
 // Every call is one attempt: client-go's own resending on a Retry-After
 // answer is defeated (noRetryAfter in kubeconfig.go), so the core is the
-// only retry layer, and errors.go maps every StatusReason to a
-// provider.ErrorKind. The Secret holds
+// only retry layer, and errors.go maps every StatusReason (and every 403's
+// authorizer or admission plugin) to a provider.ErrorKind. The Secret holds
 // the injected host key's private half: it is sent to the API server and
 // never logged or journaled (Prepare's journaled result names objects only).
 package kubernetes

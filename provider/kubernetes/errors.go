@@ -8,10 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/org/gpuprov/provider"
@@ -19,14 +22,13 @@ import (
 
 // classify maps an API failure to a *provider.Error. The StatusReason (the
 // Kubernetes API's machine-readable cause, documented on the StatusReason
-// constants of k8s.io/apimachinery/pkg/apis/meta/v1) decides:
+// constants of k8s.io/apimachinery/pkg/apis/meta/v1) decides, and for a 403
+// Forbidden the message, because the authorizer and every admission plugin
+// answer with the same reason (see forbidden):
 //
 //	reason / condition                                   kind
 //	Unauthorized (401)                                   Credentials
-//	Forbidden (403), "exceeded quota" / "failed quota"   Quota: the namespace's ResourceQuota refused it
-//	Forbidden, "violates PodSecurity"                    Unavailable for the region: the namespace's
-//	                                                     Pod Security level refuses a root sshd pod
-//	Forbidden, anything else (RBAC)                      Credentials
+//	Forbidden (403)                                      see forbidden
 //	TooManyRequests (429), ServerTimeout, Timeout (504), Transient, RetryAfter from
 //	ServiceUnavailable (503), InternalError (500),       details.retryAfterSeconds
 //	another 5xx, Conflict (409), Expired/Gone (410)
@@ -56,19 +58,11 @@ func classifyError(name, op string, err error) *provider.Error {
 		pe.RetryAfter = time.Duration(s) * time.Second
 	}
 	st := status.Status()
-	msg := strings.ToLower(st.Message)
 	switch {
 	case apierrors.IsUnauthorized(err):
 		pe.Kind = provider.Credentials
 	case apierrors.IsForbidden(err):
-		switch {
-		case strings.Contains(msg, "exceeded quota") || strings.Contains(msg, "failed quota"):
-			pe.Kind = provider.Quota
-		case strings.Contains(msg, "violates podsecurity"):
-			pe.Kind, pe.Block = provider.Unavailable, provider.ScopeRegion
-		default:
-			pe.Kind = provider.Credentials
-		}
+		pe.Kind, pe.Block = forbidden(err, st.Message)
 	case apierrors.IsTooManyRequests(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
 		apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err), apierrors.IsConflict(err),
 		apierrors.IsResourceExpired(err), apierrors.IsGone(err), st.Code >= 500:
@@ -79,6 +73,65 @@ func classifyError(name, op string, err error) *provider.Error {
 		pe.Kind = provider.InvalidRequest
 	}
 	return pe
+}
+
+// authorizerDenial matches the text the API server's authorization filter
+// writes for every authorizer (RBAC, Node, webhook) that denies a request:
+// `User "<name>" cannot <verb> resource "<resource>" in API group "<group>"
+// in the namespace "<ns>"` (or "at the cluster scope"), and `User "<name>"
+// cannot <verb> path "<path>"` for a non-resource URL
+// (k8s.io/apiserver pkg/endpoints/handlers/responsewriters/errors.go,
+// forbiddenMessage).
+var authorizerDenial = regexp.MustCompile(`User ".*" cannot \S+ (resource|path) "`)
+
+// forbidden classifies a 403. The authorizer and the admission plugins all
+// answer StatusReasonForbidden; admission.NewForbidden (k8s.io/apiserver
+// pkg/admission/errors.go) prefixes the plugin's text with `<resource>
+// "<name>" is forbidden: `. Only the authorizer's denial is a credentials
+// problem; an admission plugin refuses this pod, in this namespace:
+//
+//	message (plugin)                                              kind, scope
+//	User "…" cannot <verb> resource|path … (authorizer)           Credentials, provider
+//	exceeded quota: … / insufficient quota to consume: …          Quota, region (the namespace)
+//	  (ResourceQuota)
+//	status unknown for quota: … (ResourceQuota: the quota         Transient: the quota controller
+//	  controller has not counted usage yet)                       fills it in
+//	failed quota: …: must specify … (ResourceQuota: a compute     Unavailable, region
+//	  quota needs requests/limits the pod does not set)
+//	maximum|minimum … usage per Container|Pod is …, … max limit   Unavailable, offer: the offer's
+//	  to request ratio per … (LimitRanger)                        shape; a smaller one may pass
+//	unable to … because there was an error enforcing limit        Transient
+//	  ranges (LimitRanger's lister failed)
+//	unable to create new content in namespace … because it is     Unavailable, region: termination
+//	  being terminated (NamespaceLifecycle; cause                 ends with the namespace gone, never
+//	  NamespaceTerminating)                                       Active again
+//	pod rejected: RuntimeClass "…" not found (RuntimeClass)       Unavailable, region
+//	conflict: runtimeClass.scheduling.nodeSelector[…] (RuntimeClass)  Unavailable, offer
+//	violates PodSecurity (PodSecurity)                            Unavailable, region
+//	admission webhook "…" denied the request (webhook)            Unavailable, region
+//	anything else                                                 Failed (teardown, next offer)
+func forbidden(err error, message string) (provider.ErrorKind, provider.Scope) {
+	msg := strings.ToLower(message)
+	has := func(subs ...string) bool {
+		return slices.ContainsFunc(subs, func(s string) bool { return strings.Contains(msg, s) })
+	}
+	switch {
+	case authorizerDenial.MatchString(message):
+		return provider.Credentials, provider.ScopeDefault
+	case has("status unknown for quota", "error enforcing limit ranges"):
+		return provider.Transient, provider.ScopeDefault
+	case has("exceeded quota", "insufficient quota to consume"):
+		return provider.Quota, provider.ScopeDefault
+	case has("failed quota"):
+		return provider.Unavailable, provider.ScopeRegion
+	case has("usage per container is", "usage per pod is", "max limit to request ratio per",
+		"conflict: runtimeclass.scheduling.nodeselector"):
+		return provider.Unavailable, provider.ScopeOffer
+	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause), has("because it is being terminated"),
+		has("pod rejected: runtimeclass"), has("violates podsecurity"), has("denied the request"):
+		return provider.Unavailable, provider.ScopeRegion
+	}
+	return provider.Failed, provider.ScopeDefault
 }
 
 // transportKind classifies a call that got no API answer.

@@ -52,7 +52,7 @@ func TestClassify(t *testing.T) {
 		{"quota exceeded, older capitalisation", apierrors.NewForbidden(podsResource, "gpuprov-a-1", errors.New("Exceeded quota: gpu-quota, requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=8, limited: requests.nvidia.com/gpu=8")),
 			provider.Quota, provider.ScopeRegion, 0, "the same plugin before Kubernetes 1.9 wrote \"Exceeded quota\""},
 		{"quota needs a request", apierrors.NewForbidden(podsResource, "gpuprov-a-1", errors.New("failed quota: compute: must specify limits.cpu for: vm; limits.memory for: vm")),
-			provider.Quota, provider.ScopeRegion, 0, "StatusReasonForbidden from the ResourceQuota admission plugin's pod evaluator: \"failed quota: %s: must specify %s\""},
+			provider.Unavailable, provider.ScopeRegion, 0, "StatusReasonForbidden from the ResourceQuota admission plugin's pod evaluator (pkg/quota/v1/evaluator/core/pods.go Constraints): \"failed quota: %s: must specify %s\"; the pod sets cpu and memory, so this names a requirement of the namespace the adapter does not meet, not a used-up quota"},
 		{"pod security", apierrors.NewForbidden(podsResource, "gpuprov-a-1", errors.New(`violates PodSecurity "restricted:latest": runAsNonRoot != true (pod or container "vm" must set securityContext.runAsNonRoot=true)`)),
 			provider.Unavailable, provider.ScopeRegion, 0, "StatusReasonForbidden from the PodSecurity admission plugin (Pod Security Admission)"},
 		{"too many requests", apierrors.NewTooManyRequests("the server has received too many requests and has asked us to try again later", 7),

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,14 @@ type Config struct {
 	// opened on it) or "ClusterIP" (the Service's cluster IP, port 22: for
 	// a caller inside the cluster).
 	ServiceType string `toml:"service_type" json:"service_type"`
+	// SourceRanges are the networks (CIDRs) that may connect to an
+	// instance when the request names none (InstanceSpec.SourceRanges
+	// wins); empty means provider.DefaultSourceRanges, everyone. They
+	// become the LoadBalancer Service's spec.loadBalancerSourceRanges, so
+	// they need service_type "LoadBalancer" (and a load balancer that
+	// honours the field): a NodePort or ClusterIP Service has no way to
+	// restrict who connects, and New refuses source_ranges with one.
+	SourceRanges []string `toml:"source_ranges" json:"source_ranges"`
 	// Tolerations go on every pod. Nil means one toleration of the taint
 	// GPU node pools commonly carry, nvidia.com/gpu (operator Exists,
 	// effect NoSchedule); an empty list means none. Plan offers only nodes
@@ -132,6 +141,15 @@ func (c *Config) validate() error {
 	case "", "nodeport", "loadbalancer", "clusterip":
 	default:
 		return fmt.Errorf("service_type: %q: want NodePort, LoadBalancer or ClusterIP", c.ServiceType)
+	}
+	if len(c.SourceRanges) > 0 {
+		if err := provider.ValidateSourceRanges(c.SourceRanges); err != nil {
+			return fmt.Errorf("source_ranges: %w", err)
+		}
+		if !strings.EqualFold(c.ServiceType, ServiceLoadBalancer) {
+			return fmt.Errorf("source_ranges: %q: a %s Service cannot restrict who connects (only a LoadBalancer's loadBalancerSourceRanges can); set service_type = %q or remove source_ranges",
+				c.SourceRanges, cmp.Or(c.ServiceType, ServiceNodePort), ServiceLoadBalancer)
+		}
 	}
 	for i, t := range c.Tolerations {
 		switch t.Operator {
@@ -302,16 +320,17 @@ func (p *Provider) Region() string { return p.region }
 
 // Capabilities: no spot (a cluster has no spot market) and, unless the
 // Service is a LoadBalancer, no OpenPorts (a NodePort or ClusterIP Service
-// does not keep the port numbers). Host keys are injected through the
-// instance's Secret, so user-data is supported; a replayed create is safe
-// because the pod's name is derived from (vm, attempt); locations have zones
-// where nodes carry topology.kubernetes.io/zone. Labels go on every pod,
-// Service and Secret.
+// does not keep the port numbers) and no source ranges (nothing in a
+// NodePort or ClusterIP Service restricts who connects). Host keys are
+// injected through the instance's Secret, so user-data is supported; a
+// replayed create is safe because the pod's name is derived from (vm,
+// attempt); locations have zones where nodes carry
+// topology.kubernetes.io/zone. Labels go on every pod, Service and Secret.
 func (p *Provider) Capabilities() provider.Capabilities {
 	c := p.cfg
 	unsupported := []provider.Feature{provider.FeatureSpot}
 	if c.ServiceType != ServiceLoadBalancer {
-		unsupported = append(unsupported, provider.FeatureFirewall)
+		unsupported = append(unsupported, provider.FeatureFirewall, provider.FeatureSourceRanges)
 	}
 	return provider.Capabilities{
 		Unsupported: unsupported,

@@ -28,10 +28,15 @@ var brokenWaiting = map[string]bool{
 	"RunContainerError":          true,
 }
 
-// podStatus normalizes a pod's status (now is for the unschedulable
-// window):
+// podStatus normalizes a pod's status; down says why the pod's node cannot
+// run it ("" when the node is healthy or unknown, see nodeDown), now is for
+// the unschedulable window and the deletion deadline:
 //
-//	deletionTimestamp set                                   Stopping
+//	deletionTimestamp passed, node down                     Unknown ("Terminating: <why>"): no
+//	                                                        kubelet will finish the deletion
+//	deletionTimestamp set otherwise                         Stopping
+//	Pending or Running on a node that is down               Unknown ("<phase>: <why>"): the
+//	                                                        pod's real state cannot be known
 //	Pending, unschedulable for unschedulable_window         Failed ("Unschedulable: <scheduler message>")
 //	Pending, a container waiting for a reason in brokenWaiting  Failed
 //	Pending otherwise (unscheduled, pulling, starting)      Pending
@@ -39,10 +44,20 @@ var brokenWaiting = map[string]bool{
 //	Running, not Ready (sshd not listening yet)             Pending
 //	Succeeded or Failed (sshd exited, evicted, node lost)   Failed
 //	Unknown or anything else                                Unknown
-func (p *Provider) podStatus(pod *corev1.Pod, now time.Time) (provider.InstanceStatus, string) {
+//
+// A terminating pod past its deadline on a node that is down is not
+// Stopping, because it never stops on its own: the core sends Delete again
+// for an instance that is not stopping, and Delete forces it (deletePod).
+func (p *Provider) podStatus(pod *corev1.Pod, down string, now time.Time) (provider.InstanceStatus, string) {
 	phase := string(pod.Status.Phase)
-	if pod.DeletionTimestamp != nil {
+	if ts := pod.DeletionTimestamp; ts != nil {
+		if down != "" && !now.Before(ts.Time) {
+			return provider.StatusUnknown, "Terminating: " + down
+		}
 		return provider.StatusStopping, "Terminating"
+	}
+	if down != "" && pod.Spec.NodeName != "" && (pod.Status.Phase == corev1.PodPending || pod.Status.Phase == corev1.PodRunning) {
+		return provider.StatusUnknown, phase + ": " + down
 	}
 	switch pod.Status.Phase {
 	case corev1.PodPending:
@@ -80,6 +95,42 @@ func (p *Provider) podStatus(pod *corev1.Pod, now time.Time) (provider.InstanceS
 	return provider.StatusUnknown, phase
 }
 
+// nodeDown says why node (named name) cannot run or stop its pods, or ""
+// when it can or nothing is known (node is nil and not gone: it could not
+// be read). A node is down when it is gone, carries the
+// node.kubernetes.io/unreachable taint, or its Ready condition is not True:
+// the node lifecycle controller sets Ready to Unknown ("Kubelet stopped
+// posting node status.") and taints the node unreachable when its kubelet
+// stops reporting (pkg/controller/nodelifecycle/node_lifecycle_controller.go).
+// A pod on such a node stays Terminating until it is force-deleted (the
+// Kubernetes task "Force Delete StatefulSet Pods").
+func nodeDown(name string, node *corev1.Node, gone bool) string {
+	switch {
+	case gone:
+		return fmt.Sprintf("node %s is gone", name)
+	case node == nil:
+		return ""
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == corev1.TaintNodeUnreachable {
+			return fmt.Sprintf("node %s is unreachable", name)
+		}
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status == corev1.ConditionTrue {
+				return ""
+			}
+			why := "Ready=" + string(c.Status)
+			if c.Message != "" {
+				why += " " + c.Message
+			}
+			return fmt.Sprintf("node %s is not ready (%s)", name, why)
+		}
+	}
+	return fmt.Sprintf("node %s is not ready (no Ready condition)", name)
+}
+
 func podReady(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -90,15 +141,26 @@ func podReady(pod *corev1.Pod) bool {
 }
 
 // listing is one look at the namespace: the pods of the selector, the
-// Services of the VMs, and the nodes the running pods are on.
+// Services of the VMs, and the nodes the pods are bound to.
 type listing struct {
 	pods     []corev1.Pod
 	services map[string]*corev1.Service // by VM
-	nodes    map[string]*corev1.Node    // by name; nil entry: not readable
+	nodes    map[string]*corev1.Node    // by name; nil entry: not readable, or gone
+	gone     map[string]bool            // nodes that no longer exist
+}
+
+// down says why pod's node cannot run or stop it ("": it can, or unknown).
+func (l *listing) down(pod *corev1.Pod) string {
+	n := pod.Spec.NodeName
+	if n == "" {
+		return ""
+	}
+	return nodeDown(n, l.nodes[n], l.gone[n])
 }
 
 // look lists the pods matching sel, the Services of this installation and,
-// for each node a running pod is on, the node (for its addresses).
+// for each node a pod is bound to, the node: its addresses (NodePort) and
+// its health (see nodeDown). A node that may not be read counts as healthy.
 func (p *Provider) look(ctx context.Context, op string, sel labels.Selector) (*listing, error) {
 	cctx, cancel := p.call(ctx)
 	defer cancel()
@@ -107,7 +169,7 @@ func (p *Provider) look(ctx context.Context, op string, sel labels.Selector) (*l
 	if err != nil {
 		return nil, p.classify(op+": list pods", err)
 	}
-	l := &listing{services: map[string]*corev1.Service{}, nodes: map[string]*corev1.Node{}}
+	l := &listing{services: map[string]*corev1.Service{}, nodes: map[string]*corev1.Node{}, gone: map[string]bool{}}
 	for _, pod := range pods.Items {
 		if p.ours(pod.Labels, pod.Labels[provider.LabelVM]) && sel.Matches(labels.Set(pod.Labels)) {
 			l.pods = append(l.pods, pod)
@@ -126,31 +188,39 @@ func (p *Provider) look(ctx context.Context, op string, sel labels.Selector) (*l
 			l.services[vm] = s
 		}
 	}
-	if p.cfg.ServiceType != ServiceNodePort {
-		return l, nil
-	}
 	for _, pod := range l.pods {
 		n := pod.Spec.NodeName
-		if _, seen := l.nodes[n]; seen || n == "" || pod.Status.Phase != corev1.PodRunning {
+		if _, seen := l.nodes[n]; seen || n == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		node, err := core.Nodes().Get(cctx, n, metav1.GetOptions{})
-		switch {
-		case err == nil:
-			l.nodes[n] = node
-		case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
-			// Gone, or not readable: the pod's hostIP stands in.
-			l.nodes[n] = nil
-		default:
+		node, gone, err := p.node(cctx, n)
+		if err != nil {
 			return nil, p.classify(op+": get node", err)
 		}
+		l.nodes[n], l.gone[n] = node, gone
 	}
 	return l, nil
 }
 
+// node reads a node: nil and gone when it no longer exists, nil alone when
+// it may not be read (without nodes get a NodePort endpoint falls back to
+// the pod's hostIP and a node's health is unknown).
+func (p *Provider) node(ctx context.Context, name string) (*corev1.Node, bool, error) {
+	node, err := p.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return node, false, nil
+	case apierrors.IsNotFound(err):
+		return nil, true, nil
+	case apierrors.IsForbidden(err):
+		return nil, false, nil
+	}
+	return nil, false, err
+}
+
 // observed normalizes one pod of l.
 func (p *Provider) observed(pod *corev1.Pod, l *listing, now time.Time) provider.Observed {
-	status, vendor := p.podStatus(pod, now)
+	status, vendor := p.podStatus(pod, l.down(pod), now)
 	o := provider.Observed{
 		ID: pod.Name, VM: pod.Labels[provider.LabelVM], Status: status, VendorStatus: vendor,
 		Location:     provider.Location{Region: p.region, Zone: pod.Labels[labelZone]},
@@ -288,9 +358,16 @@ func (p *Provider) List(ctx context.Context, loc provider.Location) ([]provider.
 
 // Delete requests the deletion of each pod (one get, to check it is still
 // this VM's, and one delete with the pod's UID as precondition; grace period
-// the pod's, 10s). A pod that is gone (404) or already terminating is
-// success; a pod of the name that is not this VM's is left alone. It tries
-// every id and returns the first error.
+// the pod's, 10s). A pod that is gone (404) is success; a pod of the name
+// that is not this VM's is left alone. A pod already terminating is
+// success, unless its grace period is over and its node is down (gone,
+// unreachable or not Ready, see nodeDown): no kubelet will then confirm the
+// deletion, and the pod would stay Terminating for as long as the node is
+// away, so it is deleted again with GracePeriodSeconds 0 (what `kubectl
+// delete --grace-period=0 --force` sends; the Kubernetes task "Force Delete
+// StatefulSet Pods"). The kubelet, should it come back, stops the
+// containers of a pod the API no longer has. It tries every id and returns
+// the first error.
 func (p *Provider) Delete(ctx context.Context, loc provider.Location, vm string, ids []string) error {
 	if err := p.checkRegion("delete", loc); err != nil {
 		return err
@@ -317,10 +394,24 @@ func (p *Provider) deletePod(ctx context.Context, vm, name string) error {
 	case !p.ours(pod.Labels, vm):
 		p.log.Warn("kubernetes: delete leaves a pod that is not this VM's", "provider", p.name, "vm", vm, "pod", name)
 		return nil
-	case pod.DeletionTimestamp != nil:
-		return nil
 	}
-	err = pods.Delete(cctx, name, preconditions(pod.UID))
+	opts := preconditions(pod.UID)
+	if ts := pod.DeletionTimestamp; ts != nil {
+		if p.clock.Now().Before(ts.Time) || pod.Spec.NodeName == "" {
+			return nil // the kubelet has its grace period to stop the pod
+		}
+		node, gone, err := p.node(cctx, pod.Spec.NodeName)
+		if err != nil {
+			return p.classify("delete: get node", err)
+		}
+		down := nodeDown(pod.Spec.NodeName, node, gone)
+		if down == "" {
+			return nil // a live kubelet finishes the deletion
+		}
+		p.log.Info("kubernetes: forcing the deletion of a pod whose node is down", "provider", p.name, "vm", vm, "pod", name, "reason", down)
+		opts.GracePeriodSeconds = new(int64(0))
+	}
+	err = pods.Delete(cctx, name, opts)
 	if err != nil && !apierrors.IsNotFound(err) {
 		if apierrors.IsConflict(err) {
 			return nil // the UID precondition failed: that pod is gone, this is a newer one

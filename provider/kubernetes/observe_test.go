@@ -58,7 +58,7 @@ func TestPodStatus(t *testing.T) {
 		if tc.deleting {
 			pod.DeletionTimestamp = &metav1.Time{Time: now}
 		}
-		if got, vendor := p.podStatus(pod, now); got != tc.want || vendor != tc.vendor {
+		if got, vendor := p.podStatus(pod, "", now); got != tc.want || vendor != tc.vendor {
 			t.Errorf("%s: %s %q, want %s %q", tc.name, got, vendor, tc.want, tc.vendor)
 		}
 	}

@@ -78,11 +78,14 @@ type detail struct {
 
 // Plan lists the nodes (cluster-wide) and the pods bound to them, and offers,
 // for each zone and GPU product, a pod with the request's GPU count where at
-// least one schedulable, ready node has that many allocatable nvidia.com/gpu
-// not requested by its pods. Nodes that are cordoned, not Ready, or carry a
+// least one schedulable, ready node can still give it that many allocatable
+// nvidia.com/gpu and its shape of CPU and memory (see shape) beyond what its
+// pods request. Nodes that are cordoned, not Ready, or carry a
 // NoSchedule/NoExecute taint the configured tolerations do not tolerate
 // offer nothing; neither does a request for more GPUs per pod than any node
-// has. The price is gpu_price_per_hour times the count; spot is never
+// has. An offer's VCPUs and MemoryGB are the smallest shape among the nodes
+// that can take it, so the pod fits on any of them; Create requests exactly
+// that. The price is gpu_price_per_hour times the count; spot is never
 // offered. Offers are cheapest first, then by zone and product.
 //
 // Without the right to list pods cluster-wide, Plan counts the pods of the
@@ -100,13 +103,13 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 	if err != nil {
 		return nil, err
 	}
-	used, err := p.gpusInUse(ctx)
+	used, err := p.requested(ctx)
 	if err != nil {
 		return nil, err
 	}
 	type group struct {
 		zone, label, product, gpu string
-		bestFree                  int64
+		vcpus, memGiB             int64 // the smallest shape of a node that can take the pod
 	}
 	groups := map[[3]string]*group{}
 	for i := range nodes {
@@ -115,29 +118,27 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 		if !ok || (req.GPU != "" && gpu != req.GPU) || !p.schedulable(n) {
 			continue
 		}
-		alloc := n.Status.Allocatable[resourceGPU]
-		free := alloc.Value() - used[n.Name]
+		vcpus, memGiB, ok := shape(n, int64(count))
+		if !ok || !fits(n, used[n.Name], usage{gpus: int64(count), milliCPU: vcpus * 1000, memory: memGiB << 30}) {
+			continue
+		}
 		zone := n.Labels[LabelZone]
 		k := [3]string{zone, label, product}
-		g := groups[k]
-		if g == nil {
-			g = &group{zone: zone, label: label, product: product, gpu: gpu}
-			groups[k] = g
+		if g := groups[k]; g != nil {
+			g.vcpus, g.memGiB = min(g.vcpus, vcpus), min(g.memGiB, memGiB)
+			continue
 		}
-		g.bestFree = max(g.bestFree, free)
+		groups[k] = &group{zone: zone, label: label, product: product, gpu: gpu, vcpus: vcpus, memGiB: memGiB}
 	}
 	offers := []provider.Offer{}
 	for _, g := range groups {
-		if g.bestFree < int64(count) {
-			continue
-		}
 		model, _ := provider.LookupGPU(g.gpu)
 		d, _ := json.Marshal(detail{Label: g.label, Product: g.product}) // two strings always marshal
 		o := provider.Offer{
 			Provider: p.name, Location: provider.Location{Region: p.region, Zone: g.zone},
 			InstanceType: instanceType(count, g.product), GPU: g.gpu, GPUCount: count,
-			GPUMemoryGB: model.MemoryGB, PricePerHour: p.cfg.GPUPricePerHour * float64(count),
-			InStock: true, Detail: d,
+			GPUMemoryGB: model.MemoryGB, VCPUs: int(g.vcpus), MemoryGB: float64(g.memGiB),
+			PricePerHour: p.cfg.GPUPricePerHour * float64(count), InStock: true, Detail: d,
 		}
 		if req.Accepts(&o) {
 			offers = append(offers, o)
@@ -148,6 +149,30 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 			cmp.Compare(a.InstanceType, b.InstanceType))
 	})
 	return offers, nil
+}
+
+// shape is the CPU (whole vCPUs) and memory (whole GiB) a pod of gpus GPUs
+// gets on n: the node's allocatable CPU and memory in proportion to the
+// share of its allocatable GPUs the pod takes, rounded down, as a cloud
+// sizes its GPU instances. A node with less than one vCPU or one GiB for
+// that share (or no GPUs) has no shape.
+func shape(n *corev1.Node, gpus int64) (vcpus, memGiB int64, ok bool) {
+	alloc := n.Status.Allocatable
+	g := alloc[resourceGPU]
+	if g.Value() <= 0 {
+		return 0, 0, false
+	}
+	vcpus = alloc.Cpu().MilliValue() * gpus / g.Value() / 1000
+	memGiB = alloc.Memory().Value() / g.Value() * gpus >> 30
+	return vcpus, memGiB, vcpus >= 1 && memGiB >= 1
+}
+
+// fits reports whether want fits in n's allocatable beyond used.
+func fits(n *corev1.Node, used, want usage) bool {
+	alloc := n.Status.Allocatable
+	g := alloc[resourceGPU]
+	return g.Value()-used.gpus >= want.gpus && alloc.Cpu().MilliValue()-used.milliCPU >= want.milliCPU &&
+		alloc.Memory().Value()-used.memory >= want.memory
 }
 
 // instanceType names a pod shape: "2xNVIDIA-H100-80GB-HBM3".
@@ -163,9 +188,9 @@ func (p *Provider) listNodes(ctx context.Context) ([]corev1.Node, error) {
 	return list.Items, nil
 }
 
-// gpusInUse sums, per node, the nvidia.com/gpu requests of the pods bound to
-// it that have not terminated.
-func (p *Provider) gpusInUse(ctx context.Context) (map[string]int64, error) {
+// requested sums, per node, the requests of the pods bound to it that have
+// not terminated.
+func (p *Provider) requested(ctx context.Context) (map[string]usage, error) {
 	opts := metav1.ListOptions{FieldSelector: "status.phase!=Succeeded,status.phase!=Failed"}
 	cctx, cancel := p.call(ctx)
 	defer cancel()
@@ -178,36 +203,52 @@ func (p *Provider) gpusInUse(ctx context.Context) (map[string]int64, error) {
 	if err != nil {
 		return nil, p.classify("plan: list pods", err)
 	}
-	used := map[string]int64{}
+	used := map[string]usage{}
 	for i := range list.Items {
 		pod := &list.Items[i]
 		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		used[pod.Spec.NodeName] += gpuRequest(pod)
+		used[pod.Spec.NodeName] = used[pod.Spec.NodeName].plus(podUsage(pod))
 	}
 	return used, nil
 }
 
-// gpuRequest is a pod's effective nvidia.com/gpu request: the larger of its
-// containers' sum and its largest init container (an extended resource's
-// request equals its limit; a limit alone counts as the request).
-func gpuRequest(pod *corev1.Pod) int64 {
-	get := func(c *corev1.Container) int64 {
-		if q, ok := c.Resources.Requests[resourceGPU]; ok {
-			return q.Value()
+// usage is what pods request of a node: GPUs, CPU in millicores, memory in
+// bytes.
+type usage struct{ gpus, milliCPU, memory int64 }
+
+func (u usage) plus(v usage) usage {
+	return usage{gpus: u.gpus + v.gpus, milliCPU: u.milliCPU + v.milliCPU, memory: u.memory + v.memory}
+}
+
+func (u usage) atLeast(v usage) usage {
+	return usage{gpus: max(u.gpus, v.gpus), milliCPU: max(u.milliCPU, v.milliCPU), memory: max(u.memory, v.memory)}
+}
+
+// podUsage is a pod's effective request of each resource: the larger of
+// its containers' sum and its largest init container, a limit alone
+// counting as the request (the API server defaults a request to its limit;
+// an extended resource's request equals its limit).
+func podUsage(pod *corev1.Pod) usage {
+	get := func(c *corev1.Container) usage {
+		req := func(name corev1.ResourceName) resource.Quantity {
+			if q, ok := c.Resources.Requests[name]; ok {
+				return q
+			}
+			return c.Resources.Limits[name]
 		}
-		q := c.Resources.Limits[resourceGPU]
-		return q.Value()
+		g, cpu, mem := req(resourceGPU), req(corev1.ResourceCPU), req(corev1.ResourceMemory)
+		return usage{gpus: g.Value(), milliCPU: cpu.MilliValue(), memory: mem.Value()}
 	}
-	var sum, initMax int64
+	var sum, initMax usage
 	for i := range pod.Spec.Containers {
-		sum += get(&pod.Spec.Containers[i])
+		sum = sum.plus(get(&pod.Spec.Containers[i]))
 	}
 	for i := range pod.Spec.InitContainers {
-		initMax = max(initMax, get(&pod.Spec.InitContainers[i]))
+		initMax = initMax.atLeast(get(&pod.Spec.InitContainers[i]))
 	}
-	return max(sum, initMax)
+	return sum.atLeast(initMax)
 }
 
 // schedulable reports whether a pod of this adapter could land on n: not

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -79,7 +81,12 @@ func TestPlan(t *testing.T) {
 		{provider.ResourceRequest{GPU: "L4", Zones: []string{"zone-c"}}, []string{"zone-c/1xNVIDIA-L4 $2.50"}},
 		{provider.ResourceRequest{GPU: "L4", Regions: []string{"elsewhere"}}, nil},
 		{provider.ResourceRequest{GPU: "L4", Spot: provider.SpotOnly}, nil},
-		{provider.ResourceRequest{GPU: "L4", MinVCPUs: 8}, nil}, // a pod is promised GPUs only
+		// A pod gets the node's CPU and memory in proportion to its
+		// GPUs: 24 vCPUs of node-3's 96 for one of its 4 L4s, 48 of
+		// node-7's for one of its 2.
+		{provider.ResourceRequest{GPU: "L4", MinVCPUs: 30}, []string{"zone-c/1xNVIDIA-L4 $2.50"}},
+		{provider.ResourceRequest{GPU: "L4", MinMemoryGB: 769}, nil},
+		{provider.ResourceRequest{GPU: "L4", DiskGB: 100}, nil}, // no disk is promised
 		{provider.ResourceRequest{GPU: "A100-40GB"}, nil},
 	} {
 		offers, err := p.Plan(ctx, &tc.req)
@@ -98,6 +105,22 @@ func TestPlan(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Errorf("%+v: offers %v, want %v", tc.req, got, tc.want)
 		}
+	}
+
+	// The offer's shape, and a node whose CPUs other pods hold offers no
+	// pod its share does not fit in.
+	if o := planOne(t, p, provider.ResourceRequest{GPU: "H100-80GB", GPUCount: 4}); o.VCPUs != 48 || o.MemoryGB != 768 {
+		t.Errorf("4 of 8 H100s: %d vCPUs %v GB, want 48 and 768", o.VCPUs, o.MemoryGB)
+	}
+	cpuHog := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etl", Namespace: "team-c"},
+		Spec: corev1.PodSpec{NodeName: "node-3", Containers: []corev1.Container{{Name: "etl", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("90")}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	if err := c.cs.Tracker().Add(cpuHog); err != nil {
+		t.Fatal(err)
+	}
+	if offers, _ := p.Plan(ctx, &provider.ResourceRequest{GPU: "L4"}); len(offers) != 1 || offers[0].Location.Zone != "zone-c" {
+		t.Errorf("node-3 with 6 CPUs left offers a pod of 24: %+v", offers)
 	}
 
 	// With tolerations of its own, the tainted node is offered; with none,

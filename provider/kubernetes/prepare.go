@@ -41,7 +41,11 @@ type prepared struct {
 //     Create writes it; an adopted Secret's keys are brought up to date;
 //   - the Service (type service_type) selects the pod by both identity
 //     labels and exposes port 22 ("ssh"); a LoadBalancer also exposes
-//     spec.OpenPorts with their numbers.
+//     spec.OpenPorts with their numbers and admits only the effective
+//     source ranges (see ensureService).
+//
+// A login user (spec.SSHUser) that is not a Linux user name is refused
+// before anything is made (see sshUser).
 //
 // One Secret and one Service serve every zone of the cluster: the core runs
 // one attempt of a VM at a time and cleans up between locations. An object
@@ -49,6 +53,9 @@ type prepared struct {
 // touched: Unavailable for the cluster.
 func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
 	if err := p.checkRegion("prepare", offer.Location); err != nil {
+		return nil, err
+	}
+	if _, err := p.sshUser("prepare", spec); err != nil {
 		return nil, err
 	}
 	if err := p.ensureSecret(ctx, "prepare", spec); err != nil {
@@ -154,6 +161,11 @@ func (p *Provider) servicePorts(spec *provider.InstanceSpec) []corev1.ServicePor
 }
 
 // ensureService creates the VM's Service, or adopts an existing one of ours.
+// A LoadBalancer admits only provider.SourcesFor(spec, source_ranges), as
+// spec.loadBalancerSourceRanges, when those are restricted (the field is
+// left unset for everyone). Only the callers' ranges go there: the pods of
+// a cluster reach each other's ports over the cluster network, not through
+// the load balancer.
 func (p *Provider) ensureService(ctx context.Context, op string, spec *provider.InstanceSpec) error {
 	name := provider.ResourceName(spec.VM)
 	services := p.cs.CoreV1().Services(p.cfg.Namespace)
@@ -164,6 +176,11 @@ func (p *Provider) ensureService(ctx context.Context, op string, spec *provider.
 			Selector: map[string]string{provider.LabelVM: spec.VM, provider.LabelInstallation: spec.Installation},
 			Ports:    p.servicePorts(spec),
 		},
+	}
+	if p.cfg.ServiceType == ServiceLoadBalancer {
+		if src := provider.SourcesFor(spec, p.cfg.SourceRanges); provider.Restricted(src) {
+			want.Spec.LoadBalancerSourceRanges = src
+		}
 	}
 	cctx, cancel := p.call(ctx)
 	defer cancel()

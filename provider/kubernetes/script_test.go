@@ -104,3 +104,38 @@ func TestStartupScript(t *testing.T) {
 		}
 	}
 }
+
+// A GPUPROV_SSH_USER that is not a user name stops the script before it
+// runs anything: the name would otherwise reach `eval echo "~$u"`.
+func TestStartupScriptRefusesABadUser(t *testing.T) {
+	for _, shell := range []string{"dash", "bash"} {
+		path, err := exec.LookPath(shell)
+		if err != nil {
+			t.Logf("%s: not installed", shell)
+			continue
+		}
+		for _, user := range []string{`x"; touch pwned; "`, "$(touch pwned)", "Root", "-x", "a b", "a*"} {
+			dir := t.TempDir()
+			bin := filepath.Join(dir, "bin")
+			if err := os.MkdirAll(bin, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			log := filepath.Join(dir, "calls")
+			for _, name := range []string{"install", "mkdir", "chmod", "useradd", "adduser", "ssh-keygen", "sshd", "rm", "id", "touch", "apt-get"} {
+				if err := os.WriteFile(filepath.Join(bin, name), []byte("#!"+path+"\necho \"${0##*/} $*\" >>"+log+"\n"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := exec.Command(path, "-c", StartupScript)
+			cmd.Dir = dir
+			cmd.Env = []string{"PATH=" + bin, "GPUPROV_SSH_USER=" + user, "GPUPROV_SSH_DIR=" + dir, "GPUPROV_ROOT=" + dir}
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "GPUPROV_SSH_USER is not a user name") {
+				t.Errorf("%s, user %q: %v: %s", shell, user, err, out)
+			}
+			if calls, _ := os.ReadFile(log); len(calls) != 0 {
+				t.Errorf("%s, user %q: ran %s", shell, user, calls)
+			}
+		}
+	}
+}
