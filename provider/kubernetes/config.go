@@ -15,7 +15,7 @@ func init() {
 func factory(s provider.Settings) (provider.CloudProvider, error) {
 	var cfg Config
 	if err := s.DecodeInto(&cfg); err != nil {
-		return nil, fmt.Errorf("kubernetes: config: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
 }
