@@ -136,13 +136,23 @@ type LaunchResult struct {
 	Err error
 }
 
-// LaunchMany launches every request concurrently and returns when all have
-// ended, with one result per request in order. Requests that name one VM
-// twice are refused before anything is launched: every result then holds
-// the *RequestError.
-func (p *Provisioner) LaunchMany(ctx context.Context, reqs []Request) []LaunchResult {
+// LaunchOption tunes LaunchMany and LaunchEach.
+type LaunchOption func(*launchOptions)
+
+type launchOptions struct{ limit int }
+
+// Limit launches at most n of the requests at a time, in order, as
+// errgroup's SetLimit does: the next starts when one ends (ready or not).
+// A request's Timeout counts from its start. n <= 0: no limit.
+func Limit(n int) LaunchOption { return func(o *launchOptions) { o.limit = n } }
+
+// LaunchMany launches every request concurrently (at most Limit at a time)
+// and returns when all have ended, with one result per request in order.
+// Requests that name one VM twice are refused before anything is launched:
+// every result then holds the *RequestError.
+func (p *Provisioner) LaunchMany(ctx context.Context, reqs []Request, opts ...LaunchOption) []LaunchResult {
 	out := make([]LaunchResult, len(reqs))
-	if err := p.LaunchEach(ctx, reqs, func(i int, r LaunchResult) { out[i] = r }); err != nil {
+	if err := p.LaunchEach(ctx, reqs, func(i int, r LaunchResult) { out[i] = r }, opts...); err != nil {
 		for i := range out {
 			out[i].Err = err
 		}
@@ -150,13 +160,19 @@ func (p *Provisioner) LaunchMany(ctx context.Context, reqs []Request) []LaunchRe
 	return out
 }
 
-// LaunchEach launches every request concurrently and hands each result to
-// done as soon as its launch ends, with the request's index; calls to done
-// are serialized (a scheduler can act on a ready VM while others still
-// boot). It returns when every launch has ended and done has returned for
-// each. Requests that name one VM twice are refused before anything is
-// launched, with a *RequestError and no call to done.
-func (p *Provisioner) LaunchEach(ctx context.Context, reqs []Request, done func(i int, r LaunchResult)) error {
+// LaunchEach launches every request concurrently (at most Limit at a time,
+// in order) and hands each result to done as soon as its launch ends, with
+// the request's index; calls to done are serialized (a scheduler can act on
+// a ready VM while others still boot). It returns when every launch has
+// ended and done has returned for each. A request still waiting for its
+// turn when ctx ends is not launched: its result is ctx's error. Requests
+// that name one VM twice are refused before anything is launched, with a
+// *RequestError and no call to done.
+func (p *Provisioner) LaunchEach(ctx context.Context, reqs []Request, done func(i int, r LaunchResult), opts ...LaunchOption) error {
+	var o launchOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	seen := make(map[string]int, len(reqs))
 	for i, r := range reqs {
 		if j, dup := seen[r.Name]; dup {
@@ -165,13 +181,31 @@ func (p *Provisioner) LaunchEach(ctx context.Context, reqs []Request, done func(
 		seen[r.Name] = i
 	}
 	var (
-		wg sync.WaitGroup
-		mu sync.Mutex
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		slot chan struct{} // nil: no limit
 	)
+	if o.limit > 0 {
+		slot = make(chan struct{}, o.limit)
+	}
 	for i, r := range reqs {
+		var res LaunchResult
+		if slot != nil {
+			select {
+			case slot <- struct{}{}:
+			case <-ctx.Done():
+				res.Err = errorf("launch %s not started: %w", r.Name, context.Cause(ctx))
+				mu.Lock()
+				done(i, res)
+				mu.Unlock()
+				continue
+			}
+		}
 		wg.Go(func() {
-			var res LaunchResult
 			res.VM, res.Err = p.Launch(ctx, r)
+			if slot != nil {
+				<-slot
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			done(i, res)
