@@ -368,3 +368,34 @@ func TestPlacementRefusedUpFront(t *testing.T) {
 		t.Fatalf("%d prepares or creates for refused clusters", n)
 	}
 }
+
+// TestDeleteCluster: a cluster is deleted as a whole, every node at once,
+// with nothing left in the cloud; an unknown cluster is ErrNotFound.
+func TestDeleteCluster(t *testing.T) {
+	ctx := context.Background()
+	fn := newFakeNodes()
+	e := newEnv(t, gpuprov.WithConnector(fn), gpuprov.WithBootstrapper(fn), gpuprov.WithJoiner(fn))
+	for _, f := range e.fakes {
+		f.DeleteTime = time.Minute
+	}
+	cl, err := e.p.LaunchCluster(ctx, gpuprov.ClusterRequest{Name: "gone", Nodes: 3, Node: h100("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := e.clk.Now()
+	if err := e.p.DeleteCluster(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	// Three deletions of a minute each, at once: not three minutes.
+	if took := e.clk.Now().Sub(start); took >= 3*time.Minute {
+		t.Errorf("deleting 3 nodes took %v; want them deleted together", took)
+	}
+	for _, n := range cl.Nodes {
+		if row := e.assertClean(n.Name); row.State != journal.StateDeleted {
+			t.Errorf("node %s is %s after DeleteCluster", n.Name, row.State)
+		}
+	}
+	if err := e.p.DeleteCluster(ctx, "nope"); !errors.Is(err, gpuprov.ErrNotFound) {
+		t.Errorf("DeleteCluster of an unknown cluster: %v; want ErrNotFound", err)
+	}
+}

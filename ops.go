@@ -430,3 +430,40 @@ func (p *Provisioner) Wait(ctx context.Context, name string) (*VM, error) {
 		}
 	}
 }
+
+// DeleteCluster deletes every node of the cluster named name, all at once,
+// as Delete does each (a node's launch running in this process is
+// cancelled first; the placement group goes with the last node of its
+// location). It returns when every node has ended, joining the errors of
+// the nodes that could not be deleted; a cluster with no node in the
+// journal is ErrNotFound.
+func (p *Provisioner) DeleteCluster(ctx context.Context, name string) (err error) {
+	ctx, sp := p.startOp(ctx, "gpuprov.DeleteCluster")
+	if sp.IsRecording() {
+		sp.SetAttributes(attrCluster.String(name))
+		defer func() { endSpan(sp, err) }()
+	}
+	nodes, err := p.j.ListVMs(ctx, journal.ListOptions{Cluster: name})
+	if err != nil {
+		return errorf("cluster %s: listing its nodes: %w", name, err)
+	}
+	if len(nodes) == 0 {
+		return errorf("no cluster named %s in the journal: %w", name, ErrNotFound)
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, n := range nodes {
+		wg.Go(func() {
+			if err := p.Delete(ctx, n.Name); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
