@@ -339,6 +339,30 @@ func TestPlacedClusterMovesAsAWhole(t *testing.T) {
 			t.Fatalf("live instance %s in %s; want nothing outside us-east-1b", in.ID, in.Location)
 		}
 	}
+	// Each node's history reads as one story: it starts at the launch of
+	// the VM as it is now, and every event about an attempt is about one
+	// of its attempts, in the location that attempt was in.
+	for _, v := range cl.Nodes {
+		as, evs, err := e.p.History(context.Background(), v.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 || evs[0].Type != gpuprov.EvLaunch {
+			t.Fatalf("history of %s does not start with its launch: %+v", v.Name, evs)
+		}
+		zones := map[int]string{}
+		for _, a := range as {
+			zones[a.N] = a.Zone
+		}
+		for _, ev := range evs {
+			if ev.Attempt == 0 {
+				continue
+			}
+			if z, ok := zones[ev.Attempt]; !ok || ev.Zone != z {
+				t.Errorf("history of %s: event %s of attempt %d in %q, but its attempts are %v", v.Name, ev.Type, ev.Attempt, ev.Zone, zones)
+			}
+		}
+	}
 }
 
 // TestPlacementRefusedUpFront: an unknown placement, a partial minimum for

@@ -358,7 +358,12 @@ func (p *Provisioner) List(ctx context.Context, opts ListOptions) ([]*VM, error)
 	return out, nil
 }
 
-// History returns a VM's attempts and its events, oldest first.
+// History returns a VM's attempts and its events, oldest first: the story
+// of the VM as it is now, from the launch that made it. A name launched
+// again once its VM ended (a placed cluster that moved to another location,
+// a name reused after a delete) starts a new story, as its attempts do; the
+// events of the earlier VMs of that name stay in the journal's event log
+// (Journal().Events).
 func (p *Provisioner) History(ctx context.Context, name string) ([]journal.Attempt, []Event, error) {
 	if _, err := p.j.GetVM(ctx, name); err != nil {
 		return nil, nil, vmError(name, err)
@@ -368,7 +373,17 @@ func (p *Provisioner) History(ctx context.Context, name string) ([]journal.Attem
 		return nil, nil, err
 	}
 	evs, err := p.j.Events(ctx, journal.EventQuery{VM: name})
-	return as, evs, err
+	if err != nil {
+		return nil, nil, err
+	}
+	// Events come in Seq order: this VM's story starts at the last launch.
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Type == EvLaunch {
+			evs = evs[i:]
+			break
+		}
+	}
+	return as, evs, nil
 }
 
 // Health diagnoses a VM's instance: the provider's Diagnoser where it has
