@@ -331,6 +331,14 @@ func (p *Provisioner) recoverVMs(ctx context.Context, background bool) (*Recover
 	// back the ready ones; then the expired VMs are reaped.
 	finish := func(ctx context.Context, rep *RecoverReport) error {
 		wg.Wait()
+		// A crashed process leaves the shared firewalls of the regions it
+		// used, waiting out a grace that died with it. Their removal is
+		// scheduled here as after this process's own last VM of a region:
+		// after the grace, or at Close, every region's that no instance
+		// uses (the cloud refuses the others).
+		for _, name := range p.Providers() {
+			p.lingerShared(ctx, p.providers[name], allRegions)
+		}
 		for name, uc := range unfinished {
 			p.enforceClusterMin(ctx, name, uc.tmpl.clusterNodes, uc.tmpl.clusterMin, rep)
 		}

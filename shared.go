@@ -144,6 +144,10 @@ func (p *Provisioner) lingerShared(ctx context.Context, pp *paced, region string
 		p.removeShared(ctx, pp, region)
 		return
 	}
+	if _, ok := pp.CloudProvider.(provider.SharedCleaner); !ok {
+		p.lingering.Done()
+		return
+	}
 	pp.mu.Lock()
 	if _, ok := pp.linger[region]; ok || len(pp.shared[region]) > 0 {
 		pp.mu.Unlock()
@@ -179,8 +183,16 @@ func (p *Provisioner) lingerShared(ctx context.Context, pp *paced, region string
 	}()
 }
 
-// removeShared removes the shared side resources of region, logging what
-// is left.
+// allRegions, as the region of lingerShared, stands for every region of
+// the provider (CleanupShared of a zero Location): what a crashed process
+// left, in regions this one may never visit. A VM of this process arriving
+// in a region does not call it off; the cloud refuses to remove what an
+// instance uses, and a create that finds its shared resource gone makes it
+// again (provider.ErrSharedGone).
+const allRegions = ""
+
+// removeShared removes the shared side resources of region (every region:
+// allRegions), logging what is left.
 func (p *Provisioner) removeShared(ctx context.Context, pp *paced, region string) {
 	if err := p.cleanupShared(ctx, pp, provider.Location{Region: region}); err != nil {
 		p.log.Warn("shared side resources left", "provider", pp.Name(), "region", region, "err", err)

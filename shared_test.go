@@ -291,3 +291,41 @@ func TestCleanupSharedRemovesWhatAKilledProcessLeft(t *testing.T) {
 		t.Fatalf("with a live instance: shared in %v, want [us-east] left", got)
 	}
 }
+
+// TestRecoverRemovesWhatACrashedProcessLeftAfterTheGrace: the shared
+// resource a killed process left in a region is removed after the grace
+// that starts with Recover (not only by CleanupShared or down --all), and
+// at Close when the process ends first; one an instance uses is left.
+func TestRecoverRemovesWhatACrashedProcessLeftAfterTheGrace(t *testing.T) {
+	for _, closeFirst := range []bool{false, true} {
+		e := newEnv(t)
+		e.useShared()
+		sf := e.shared["a"]
+		sf.RefuseInUse = true
+		ctx := context.Background()
+		o := sf.Offers[2] // eu-west: a region this process never visits
+		if _, err := sf.Prepare(ctx, &o, &provider.InstanceSpec{VM: "gone", Installation: sf.Installation, Attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		p := e.provisioner(e.j)
+		if _, err := p.Launch(ctx, h100("live")); err != nil { // us-east, in use
+			t.Fatal(err)
+		}
+		if _, err := p.Recover(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := sf.Shared(); !slices.Equal(got, []string{"eu-west", "us-east"}) {
+			t.Fatalf("right after Recover: shared in %v, want both (the grace runs)", got)
+		}
+		if closeFirst {
+			p.Close()
+		} else {
+			e.clk.Advance(gpuprov.DefaultSharedGrace) // timers are not sleeps: AutoAdvance leaves them
+			pt.WaitFor(t, "the grace to remove eu-west's", func() bool { return !slices.Contains(sf.Shared(), "eu-west") })
+		}
+		if got := sf.Shared(); !slices.Equal(got, []string{"us-east"}) {
+			t.Fatalf("after the grace (close first: %v): shared in %v, want us-east's only (in use)", closeFirst, got)
+		}
+		p.Close()
+	}
+}
