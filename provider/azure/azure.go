@@ -94,8 +94,19 @@ func withCatalog(c *catalog.Catalog) Option { return func(p *Provider) { p.catal
 
 // New returns the provider of cfg. It validates cfg and builds the ARM
 // clients; it reads no credential (DefaultAzureCredential is built at the
-// first call that needs a token).
+// first call that needs a token). Its error names the config key at
+// fault, after the prefix "azure: ".
 func New(cfg Config, opts ...Option) (*Provider, error) {
+	p, err := build(cfg, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("azure: %w", err)
+	}
+	return p, nil
+}
+
+// build is New without the prefix, for the factory: provider.Build names
+// the provider in its own prefix.
+func build(cfg Config, opts ...Option) (*Provider, error) {
 	p := &Provider{name: ID, cfg: cfg}
 	for _, o := range opts {
 		o(p)
@@ -110,18 +121,18 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 		p.clock = clock.Real
 	}
 	if err := p.cfg.validate(); err != nil {
-		return nil, fmt.Errorf("azure: %w", err)
+		return nil, err
 	}
 	if p.catalog == nil {
 		c, err := embeddedCatalog()
 		if err != nil {
-			return nil, fmt.Errorf("azure: %w", err)
+			return nil, err
 		}
 		p.catalog = c
 	}
 	p.cfg.applyDefaults()
 	if err := p.dial(); err != nil {
-		return nil, fmt.Errorf("azure: %w", err)
+		return nil, err
 	}
 	return p, nil
 }
@@ -246,16 +257,6 @@ func (p *Provider) resourceGroup(region string) string {
 // characters: the VM name is at most 50, the attempt a few digits).
 func vmName(vm string, attempt int) string {
 	return provider.ResourceName(vm) + "-" + strconv.Itoa(attempt)
-}
-
-// ownsName reports whether name is a VM name of vm.
-func ownsName(vm, name string) bool {
-	rest, ok := strings.CutPrefix(name, provider.ResourceName(vm)+"-")
-	if !ok || rest == "" {
-		return false
-	}
-	_, err := strconv.Atoi(rest)
-	return err == nil
 }
 
 // sideName is the name of a per-VM side resource of kind ("nic", "ip",

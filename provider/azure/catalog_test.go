@@ -41,8 +41,24 @@ func TestCatalogShapes(t *testing.T) {
 		"Standard_NV36ads_A10_v5":   {"A10", 1, 24, 36, 440},
 		"Standard_NV72ads_A10_v5":   {"A10", 2, 24, 72, 880},
 	}
+	// Each size's vCPU quota family, as the Resource SKUs API spells it
+	// (Azure/karpenter-provider-azure pkg/providers/instancetype/known_skus.yaml
+	// at 352646f599290c3a6d2f9710fb535a7b288f88ed), on every offer: a family
+	// quota refusal blocks the family (provider.ScopeFamily).
+	families := map[string]string{
+		"Standard_NC4as_T4_v3": "Standard NCASv3_T4 Family", "Standard_NC8as_T4_v3": "Standard NCASv3_T4 Family",
+		"Standard_NC16as_T4_v3": "Standard NCASv3_T4 Family", "Standard_NC64as_T4_v3": "Standard NCASv3_T4 Family",
+		"Standard_NC24ads_A100_v4": "StandardNCADSA100v4Family", "Standard_NC48ads_A100_v4": "StandardNCADSA100v4Family",
+		"Standard_NC96ads_A100_v4": "StandardNCADSA100v4Family", "Standard_NC40ads_H100_v5": "StandardNCadsH100v5Family",
+		"Standard_NC80adis_H100_v5": "StandardNCadsH100v5Family", "Standard_ND96isr_H100_v5": "standardNDSH100v5Family",
+		"Standard_ND96asr_v4": "Standard NDASv4_A100 Family", "Standard_ND96amsr_A100_v4": "standard NDAMSv4_A100Family",
+		"Standard_NV36ads_A10_v5": "StandardNVADSA10v5Family", "Standard_NV72ads_A10_v5": "StandardNVADSA10v5Family",
+	}
 	seen := map[string]bool{}
 	for _, o := range offers {
+		if o.Family != families[o.InstanceType] {
+			t.Fatalf("%s: family %q, want %q", o.InstanceType, o.Family, families[o.InstanceType])
+		}
 		w, ok := want[o.InstanceType]
 		if !ok {
 			t.Fatalf("unexpected size %s", o.InstanceType)

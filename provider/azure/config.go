@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+
+	"github.com/org/gpuprov/provider"
 )
 
 // DefaultImage is the boot image when neither the config nor the request
@@ -59,6 +61,14 @@ type Config struct {
 	// AdminUser is the VM's administrator and SSH login user; zero means
 	// DefaultAdminUser. Azure refuses some names (root, admin, user, ...).
 	AdminUser string `toml:"admin_user" json:"admin_user"`
+	// SourceRanges are the networks (CIDRs, IPv4 or IPv6, such as
+	// 203.0.113.0/24) that may connect to the VMs' SSH and open ports,
+	// unless a request names its own (provider.InstanceSpec.SourceRanges);
+	// empty: provider.DefaultSourceRanges, everywhere ("*" in the security
+	// rules). When the sources are restricted, the open ports (not SSH)
+	// also admit the virtual network (service tag VirtualNetwork), so that
+	// a cluster's nodes on Azure reach each other.
+	SourceRanges []string `toml:"source_ranges" json:"source_ranges"`
 	// Spot lets Plan offer Spot VMs (priority Spot, eviction policy Delete,
 	// max price -1: never evicted for price) to requests that accept spot.
 	Spot bool `toml:"spot" json:"spot"`
@@ -145,6 +155,9 @@ func (c *Config) validate() error {
 	}
 	if c.AdminUser != "" && (!userRE.MatchString(c.AdminUser) || slices.Contains(disallowedUsers, c.AdminUser)) {
 		return fmt.Errorf("admin_user: %q is not a user name Azure accepts (lowercase, no reserved name such as root or admin)", c.AdminUser)
+	}
+	if err := provider.ValidateSourceRanges(c.SourceRanges); err != nil {
+		return fmt.Errorf("source_ranges: %w", err)
 	}
 	if c.DiskSizeGB < 0 || (c.DiskSizeGB > 0 && c.DiskSizeGB < 30) {
 		return fmt.Errorf("disk_size_gb: %d is below 30", c.DiskSizeGB)

@@ -19,6 +19,7 @@ func TestConfigFromGoTOMLAndJSON(t *testing.T) {
 		Config: Config{SubscriptionID: "0b1f6471-1bf0-4dda-aec3-111122223333", TenantID: "72f988bf-86f1-41af-91ab-2d7cd011db47",
 			Regions: []string{"eastus"}, Zones: []string{"1", "2"}, ResourceGroup: "gpu-fleet", SubnetID: subnet,
 			Image: "Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest", AdminUser: "gpuprov", Spot: true, DiskSizeGB: 512,
+			SourceRanges: []string{"203.0.113.0/24", "2001:db8::/32"},
 			PollInterval: 3 * time.Second, BootTimeout: 25 * time.Minute, DeleteTimeout: 12 * time.Minute,
 			ConsistencyWindow: 20 * time.Second, OperationTimeout: 4 * time.Minute, RequestTimeout: 40 * time.Second,
 			RequestsPerSecond: 8, Burst: 16},
@@ -32,6 +33,7 @@ subnet_id = "` + subnet + `"
 image = "Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest"
 admin_user = "gpuprov"
 spot = true
+source_ranges = ["203.0.113.0/24", "2001:db8::/32"]
 disk_size_gb = 512
 poll_interval = "3s"
 boot_timeout = "25m"
@@ -45,7 +47,7 @@ burst = 16
 		JSON: `{"subscription_id": "0b1f6471-1bf0-4dda-aec3-111122223333", "tenant_id": "72f988bf-86f1-41af-91ab-2d7cd011db47",
 			"regions": ["eastus"], "zones": ["1", "2"], "resource_group": "gpu-fleet", "subnet_id": "` + subnet + `",
 			"image": "Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest", "admin_user": "gpuprov", "spot": true,
-			"disk_size_gb": 512, "poll_interval": "3s", "boot_timeout": "25m", "delete_timeout": "12m",
+			"source_ranges": ["203.0.113.0/24", "2001:db8::/32"], "disk_size_gb": 512, "poll_interval": "3s", "boot_timeout": "25m", "delete_timeout": "12m",
 			"consistency_window": "20s", "operation_timeout": "4m", "request_timeout": "40s",
 			"requests_per_second": 8, "burst": 16}`,
 		Settings: func(t *testing.T, p provider.CloudProvider) any { return p.(*Provider).cfg },

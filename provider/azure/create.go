@@ -6,12 +6,15 @@ import (
 	"crypto/rsa"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v6"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/org/gpuprov/provider"
@@ -31,6 +34,15 @@ const maxCustomData = 65535
 // it, and carries the cloud-init custom data (the injected host key and the
 // authorized keys; the keys also go in linuxConfiguration.ssh). Spot offers
 // are priority Spot, eviction policy Delete, max price -1.
+//
+// Before the PUT, when the prepared data is of the other pricing (a
+// failover in place from a Spot offer to the on-demand one of the same
+// size and location, or back), it corrects the NIC's gpuprov-spot tag. A
+// PUT answered ResourceGroupNotFound for the adapter's own group (deleted
+// out of band after Prepare) is Transient and matches
+// provider.ErrSharedGone: the core prepares again, which makes the group
+// again, and resends. Other refusals are classified for the offer (see
+// classifyFor).
 //
 // It then waits on the PUT's operation, bounded by OperationTimeout
 // (default 3 minutes): allocation failures (AllocationFailed,
@@ -58,6 +70,11 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	if err != nil {
 		return "", err
 	}
+	if pr.Spot == nil || *pr.Spot != offer.Spot {
+		if err := p.retagNIC(ctx, pr, offer, spec); err != nil {
+			return "", err
+		}
+	}
 	name := vmName(spec.VM, spec.Attempt)
 	id := p.vmID(pr.ResourceGroup, name)
 	cctx, cancel := p.call(ctx)
@@ -68,12 +85,20 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 		if isStatus(err, http.StatusPreconditionFailed) || IsCode(err, "PropertyChangeNotAllowed") {
 			return p.adopt(ctx, pr.ResourceGroup, name, spec)
 		}
-		return "", p.classify("create", err)
+		if p.ownGroupGone(err) {
+			// Deleted out of band after this VM's Prepare: the core
+			// prepares again (which makes the group again) and resends.
+			p.forgetGroup(pr.ResourceGroup)
+			ae, _ := apiError(err)
+			return "", p.seal(&provider.Error{Kind: provider.Transient, Op: "create", Provider: p.name,
+				Err: fmt.Errorf("resource group %s: %w: %w", pr.ResourceGroup, provider.ErrSharedGone, ae)})
+		}
+		return "", p.classifyFor("create", err, offer)
 	}
 	_, done, werr := wait(ctx, p, poller)
 	switch {
 	case done && werr != nil:
-		return "", p.classify("create", werr)
+		return "", p.classifyFor("create", werr, offer)
 	case werr != nil && ctx.Err() != nil:
 		// The caller gave up; the PUT was accepted and the VM may land. The
 		// core observes by tag before anything else.
@@ -89,6 +114,46 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 			"instance", name, "size", d.Size, "spot", offer.Spot)
 	}
 	return id, nil
+}
+
+// classifyFor classifies a failure of the VM PUT or its operation for
+// offer, which the answer alone cannot tell about:
+//   - SkuNotAvailable of an on-demand offer is the subscription's
+//     restriction of the size in the location or zone (Resolve errors for
+//     SKU not available, aka.ms/azureskunotavailable): Unavailable for
+//     restrictedFor, the offer blocked; of a Spot offer, it may be no
+//     Spot capacity there, and stays Capacity;
+//   - a family quota blocks the family (provider.ScopeFamily) only when
+//     it names the offer's family (Offer.Family); another family's
+//     refusal blocks the offer.
+func (p *Provider) classifyFor(op string, err error, offer *provider.Offer) *provider.Error {
+	pe := classifyError(p.name, op, err)
+	ae, ok := apiError(err)
+	switch {
+	case !ok:
+	case pe.Kind == provider.Capacity && IsCode(ae, "SkuNotAvailable") && !offer.Spot:
+		pe.Kind, pe.Block, pe.BlockFor = provider.Unavailable, provider.ScopeOffer, restrictedFor
+	case pe.Block == provider.ScopeFamily && !sameFamily(quotaFamily(ae), offer.Family):
+		pe.Block = provider.ScopeOffer
+	}
+	return p.seal(pe)
+}
+
+// retagNIC sets the gpuprov-spot tag of the NIC Prepare made to offer's
+// pricing (one PATCH of the NIC's tags), for prepared data of another
+// pricing: Diagnose attributes a VM that is gone to a Spot eviction by
+// this tag.
+func (p *Provider) retagNIC(ctx context.Context, pr prepared, offer *provider.Offer, spec *provider.InstanceSpec) error {
+	r, err := arm.ParseResourceID(pr.NIC)
+	if err != nil {
+		return p.errorf(provider.InvalidRequest, "create", "prepared data names NIC %q: %w", pr.NIC, err)
+	}
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	if _, err := p.nics.UpdateTags(cctx, pr.ResourceGroup, r.Name, armnetwork.TagsObject{Tags: nicTags(spec, offer.Spot)}, nil); err != nil {
+		return p.classify("create", fmt.Errorf("network interface %s: %w", r.Name, err))
+	}
+	return nil
 }
 
 // machine builds the PUT body. The custom data holds a private host key:

@@ -19,7 +19,8 @@ import (
 // A VM that is gone is reported not existing; when the NIC Prepare made
 // for it says it was Spot (Spot VMs here are evicted with policy Delete,
 // which deletes the VM and its OS disk), the finding is spot-evicted, so
-// the reclaim is attributed. It never mutates.
+// the reclaim is attributed; its text says the eviction is inferred (Azure
+// keeps no record of a deleted VM to ask). It never mutates.
 func (p *Provider) Diagnose(ctx context.Context, loc provider.Location, vm, instanceID string) (provider.Diagnosis, error) {
 	d := provider.Diagnosis{InstanceID: instanceID}
 	rg, name, err := p.parseVMID(instanceID)
@@ -64,12 +65,11 @@ func (p *Provider) Diagnose(ctx context.Context, loc provider.Location, vm, inst
 	}
 	switch power {
 	case "stopped", "deallocated":
-		code := power
+		code, msg := power, fmt.Sprintf("VM %s is %s", name, power)
 		if spot && power == "deallocated" {
-			code = "spot-evicted"
+			code, msg = "spot-evicted", msg+"; inferred to be a Spot eviction from its Spot priority, not reported by Azure"
 		}
-		d.Findings = append(d.Findings, provider.Finding{Severity: provider.Critical, Code: code,
-			Message: fmt.Sprintf("VM %s is %s", name, power)})
+		d.Findings = append(d.Findings, provider.Finding{Severity: provider.Critical, Code: code, Message: msg})
 	case "stopping", "deallocating", "starting":
 		d.Findings = append(d.Findings, provider.Finding{Severity: provider.Warn, Code: "status-" + power,
 			Message: fmt.Sprintf("VM %s is %s", name, power)})
@@ -107,7 +107,9 @@ func (p *Provider) gone(ctx context.Context, d provider.Diagnosis, loc provider.
 	}
 	if err == nil && p.ours(nic.Tags, vm) && deref(nic.Tags[tagSpot]) == "true" {
 		d.Findings = append(d.Findings, provider.Finding{Severity: provider.Critical, Code: "spot-evicted",
-			Message: fmt.Sprintf("Spot VM %s no longer exists: an evicted Spot VM with eviction policy Delete is deleted with its OS disk", name)})
+			Message: fmt.Sprintf("Spot VM %s no longer exists; inferred to be a Spot eviction (an evicted Spot VM with eviction "+
+				"policy Delete is deleted with its OS disk), not reported by Azure: its NIC says it was Spot, and a delete by "+
+				"someone else would look the same", name)})
 		return d, nil
 	}
 	d.Findings = append(d.Findings, provider.Finding{Severity: provider.Critical, Code: "gone",

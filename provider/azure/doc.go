@@ -18,6 +18,7 @@
 //	image           = "microsoft-dsvm:ubuntu-hpc:2204:latest"
 //	admin_user      = "azureuser"
 //	spot            = true                     # offer Spot VMs to requests that accept spot
+//	source_ranges   = ["203.0.113.0/24"]       # who may connect; default: anywhere
 //
 // The config holds no credential: calls authenticate with azidentity's
 // DefaultAzureCredential (environment, workload identity, managed
@@ -33,11 +34,13 @@
 //	          Spot prices per region); no call
 //	Prepare   PUT resourcegroups/gpuprov-<installation>-<region> (default resource
 //	          group; once per process), GET+PUT virtualNetworks/gpuprov-<region>
-//	          (once), PUT networkSecurityGroups/gpuprov-<vm>-nsg (SSH + open ports),
+//	          (once; both made again when the group was deleted), PUT
+//	          networkSecurityGroups/gpuprov-<vm>-nsg (SSH + open ports, from the sources),
 //	          PUT publicIPAddresses/gpuprov-<vm>-ip (Standard, static),
 //	          PUT networkInterfaces/gpuprov-<vm>-nic; each PUT's operation polled,
 //	          bounded
-//	Create    PUT virtualMachines/gpuprov-<vm>-<attempt> (If-None-Match: *, tags,
+//	Create    PATCH the NIC's tags when the prepared data is of the other pricing;
+//	          PUT virtualMachines/gpuprov-<vm>-<attempt> (If-None-Match: *, tags,
 //	          custom data, Spot settings) + its Azure-AsyncOperation polled until it
 //	          ends or operation_timeout passes; 412 or PropertyChangeNotAllowed →
 //	          GET and adopt if the tags are ours

@@ -44,13 +44,16 @@ type request struct {
 }
 
 // fault is an error answer, synchronous (Status is the HTTP status) or
-// the end of a long-running operation (Async).
+// the end of a long-running operation (Async). Body, when set, is the
+// answer's body verbatim (a documented answer pasted as is), instead of
+// the envelope {"error":{"code":Code,"message":Message}}.
 type fault struct {
 	Status     int
 	Code       string
 	Message    string
 	RetryAfter string
 	Async      bool
+	Body       string
 }
 
 // res is one resource: its ARM JSON (as GET returns it) and, for a VM, its
@@ -124,6 +127,9 @@ type cloud struct {
 	echoAuth int
 	// opsBroken answers every operation status poll 500.
 	opsBroken bool
+	// dropOnVMPut, when set, is a resource group the next VM PUT finds
+	// deleted (with everything in it) just before it arrives.
+	dropOnVMPut string
 
 	requests []request
 }
@@ -178,6 +184,21 @@ func respond(req *http.Request, status int, v any, hdr ...string) *http.Response
 	return r
 }
 
+// answer is f's synchronous answer to req.
+func (f fault) answer(req *http.Request) *http.Response {
+	var hdr []string
+	if f.RetryAfter != "" {
+		hdr = []string{"Retry-After", f.RetryAfter}
+	}
+	if f.Body == "" {
+		return armErr(req, f.Status, f.Code, f.Message, hdr...)
+	}
+	r := respond(req, f.Status, nil, hdr...)
+	r.Header.Set("Content-Type", "application/json; charset=utf-8")
+	r.Body, r.ContentLength = io.NopCloser(strings.NewReader(f.Body)), int64(len(f.Body))
+	return r
+}
+
 // armErr is ARM's error envelope.
 func armErr(req *http.Request, status int, code, msg string, hdr ...string) *http.Response {
 	return respond(req, status, map[string]any{"error": map[string]any{"code": code, "message": msg}}, hdr...)
@@ -205,15 +226,15 @@ func (c *cloud) serve(req *http.Request) (*http.Response, error) {
 		return armErr(req, 400, "MissingApiVersionParameter", "The api-version query parameter (?api-version=) is required for all requests."), nil
 	}
 	route := req.Method + " " + req.URL.Path
+	if c.dropOnVMPut != "" && req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/virtualMachines/") {
+		c.drop(c.dropOnVMPut)
+		c.dropOnVMPut = ""
+	}
 	for k, fs := range c.syncFaults {
 		if len(fs) > 0 && strings.HasPrefix(k, req.Method+" ") && strings.Contains(req.URL.Path, strings.TrimPrefix(k, req.Method+" ")) {
 			c.syncFaults[k] = fs[1:]
 			f := fs[0]
-			var hdr []string
-			if f.RetryAfter != "" {
-				hdr = []string{"Retry-After", f.RetryAfter}
-			}
-			return armErr(req, f.Status, f.Code, f.Message, hdr...), nil
+			return f.answer(req), nil
 		}
 	}
 	seg := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
@@ -385,6 +406,24 @@ func (c *cloud) resource(req *http.Request, typ, rg, name string, body []byte) *
 			return respond(req, http.StatusNoContent, nil)
 		}
 		return c.deleteResource(req, r)
+	case http.MethodPatch:
+		// Update Tags (for example Network Interfaces - Update Tags, ARM
+		// REST reference): {"tags":{...}} replaces the tags; 200 with the
+		// resource.
+		if !exists {
+			return c.notFound(req, typ, rg, name)
+		}
+		var in struct {
+			Tags map[string]any `json:"tags"`
+		}
+		if err := json.Unmarshal(body, &in); err != nil {
+			return armErr(req, 400, "InvalidRequestContent", "The request content was invalid and could not be deserialized: "+err.Error())
+		}
+		r.obj["tags"] = in.Tags
+		if typ == typVM {
+			return respond(req, 200, c.vmJSON(r, false))
+		}
+		return respond(req, 200, r.obj)
 	}
 	return armErr(req, 405, "MethodNotAllowed", "method not allowed")
 }
@@ -433,79 +472,6 @@ func (c *cloud) byID(id string) *res {
 		}
 	}
 	return nil
-}
-
-// putNetwork creates or updates a network resource, checking its
-// references exist in the same location.
-func (c *cloud) putNetwork(req *http.Request, typ, rg, name string, in map[string]any, old *res) *http.Response {
-	loc := str(in, "location")
-	if loc == "" {
-		return armErr(req, 400, "LocationRequired", "The location property is required for this definition.")
-	}
-	if old != nil && !strings.EqualFold(str(old.obj, "location"), loc) {
-		return armErr(req, 400, "InvalidResourceLocation", fmt.Sprintf("The resource '%s' already exists in location '%s' in resource group '%s'. A resource with the same name cannot be created in location '%s'.", name, str(old.obj, "location"), rg, loc))
-	}
-	if len(obj(in, "tags")) > 50 {
-		return armErr(req, 400, "InvalidTagNameCharacters", "too many tags")
-	}
-	props := obj(in, "properties")
-	if props == nil {
-		props = map[string]any{}
-		in["properties"] = props
-	}
-	switch typ {
-	case typNIC:
-		ipcs := list(in, "properties", "ipConfigurations")
-		if len(ipcs) == 0 {
-			return armErr(req, 400, "InvalidRequestFormat", "Cannot parse the request: ipConfigurations is required.")
-		}
-		for _, ipc := range ipcs {
-			p := obj(ipc.(map[string]any), "properties")
-			sub := str(p, "subnet", "id")
-			vnetID, _, _ := strings.Cut(sub, "/subnets/")
-			vnet := c.byID(vnetID)
-			if vnet == nil || !strings.EqualFold(str(vnet.obj, "location"), loc) {
-				return armErr(req, 400, "InvalidResourceReference", fmt.Sprintf("Resource %s referenced by resource %s was not found.", sub, c.resourceID(typ, rg, name)))
-			}
-			if pip := str(p, "publicIPAddress", "id"); pip != "" {
-				ip := c.byID(pip)
-				if ip == nil || !strings.EqualFold(str(ip.obj, "location"), loc) {
-					return armErr(req, 400, "InvalidResourceReference", fmt.Sprintf("Resource %s referenced by resource %s was not found.", pip, c.resourceID(typ, rg, name)))
-				}
-			}
-			c.nextIP++
-			p["privateIPAddress"] = fmt.Sprintf("10.77.0.%d", 3+c.nextIP)
-			p["provisioningState"] = "Succeeded"
-		}
-		if nsg := str(props, "networkSecurityGroup", "id"); nsg != "" && c.byID(nsg) == nil {
-			return armErr(req, 400, "InvalidResourceReference", fmt.Sprintf("Resource %s referenced by resource %s was not found.", nsg, c.resourceID(typ, rg, name)))
-		}
-		if old != nil {
-			if vm := str(old.obj, "properties", "virtualMachine", "id"); vm != "" {
-				props["virtualMachine"] = map[string]any{"id": vm}
-			}
-		}
-	case typIP:
-		if str(in, "sku", "name") == "Standard" && str(props, "publicIPAllocationMethod") != "Static" {
-			return armErr(req, 400, "StandardSkuPublicIPAddressesMustBeStatic", "Standard sku publicIp addresses must be static.")
-		}
-		if old != nil && str(old.obj, "properties", "ipAddress") != "" {
-			props["ipAddress"] = str(old.obj, "properties", "ipAddress")
-		} else {
-			c.nextIP++
-			props["ipAddress"] = fmt.Sprintf("203.0.113.%d", c.nextIP)
-		}
-	}
-	in["id"], in["name"], in["type"] = c.resourceID(typ, rg, name), name, typ
-	props["provisioningState"] = "Updating"
-	status := http.StatusCreated
-	if old != nil {
-		status = http.StatusOK
-	}
-	r := &res{typ: typ, rg: rg, name: name, obj: in}
-	c.res[key(typ, rg, name)] = r
-	url := c.newOp(req, typ, loc, func() { props["provisioningState"] = "Succeeded" })
-	return respond(req, status, in, "Azure-AsyncOperation", url)
 }
 
 // inUse says why a network resource cannot be deleted yet, as Azure does.

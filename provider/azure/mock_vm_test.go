@@ -199,18 +199,6 @@ func (c *cloud) names(typ string) []string {
 	return out
 }
 
-// vm returns the stored PUT body of a VM.
-func (c *cloud) vm(name string) map[string]any {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, r := range c.res {
-		if r.typ == typVM && r.name == name {
-			return r.obj
-		}
-	}
-	return nil
-}
-
 // customData returns the decoded custom data a VM was created with.
 func (c *cloud) customData(name string) string {
 	c.mu.Lock()

@@ -36,7 +36,9 @@ type offerDetail struct {
 // Plan lists the catalog's sizes that satisfy req, one offer per region
 // (per configured zone when zones are configured) and per pricing (Spot
 // only with Config.Spot and a recorded Spot price), cheapest first, then
-// by region, zone and size. It creates nothing and calls nothing.
+// by region, zone and size. Each offer's Family is the size's vCPU quota
+// family from the catalog, which a family quota refusal blocks. It creates
+// nothing and calls nothing.
 func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provider.Offer, error) {
 	r := *req
 	if len(r.Regions) == 0 {
@@ -61,7 +63,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 					o := provider.Offer{
 						Provider: p.name, Location: provider.Location{Region: rp.Region, Zone: zone},
 						InstanceType: s.Name, GPU: s.GPU, GPUCount: s.GPUCount, GPUMemoryGB: s.GPUMemoryGB,
-						VCPUs: s.VCPUs, MemoryGB: s.MemoryGB, PricePerHour: price, Spot: spot, Detail: detail,
+						VCPUs: s.VCPUs, MemoryGB: s.MemoryGB, PricePerHour: price, Spot: spot, Family: s.Family, Detail: detail,
 						DiskGB: p.cfg.DiskSizeGB, // Create makes the OS disk as large as the request's
 					}
 					if r.Accepts(&o) {

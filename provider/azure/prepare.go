@@ -3,8 +3,10 @@ package azure
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,22 +34,77 @@ type prepared struct {
 	ResourceGroup string `json:"resource_group"`
 	NIC           string `json:"nic"` // resource id
 	Image         image  `json:"image"`
+	// Spot is the NIC's gpuprov-spot tag as Prepare wrote it; nil in data
+	// journaled before it was recorded. Create corrects the tag when the
+	// core hands it the data of a Spot attempt for an on-demand offer, or
+	// the other way round (a failover in place reuses the side resources).
+	Spot *bool `json:"spot,omitempty"`
 }
 
 // Prepare makes the VM's side resources in the offer's region, each named
 // after the VM (see sideName) and tagged with its identity and the
 // request's labels: a network security group (inbound tcp/22 plus
-// spec.OpenPorts from anywhere), a Standard static public IPv4 (in the
-// offer's zone, if any) and a NIC on the subnet joining the two. Each is a
-// PUT, which adopts what exists, followed by a bounded wait on its
-// operation (they take seconds). With the default resource group it first
-// makes gpuprov-<installation>-<region> and the shared virtual network
-// gpuprov-<region>, once per process, neither of which Cleanup deletes.
-// In a configured resource group, a side resource of the name that carries
-// another installation's identity is Unavailable: nothing was made. The
-// boot image is parsed here; an image that does not parse is
-// InvalidRequest.
+// spec.OpenPorts from the sources, see securityRules), a Standard static
+// public IPv4 (in the offer's zone, if any) and a NIC on the subnet
+// joining the two. Each is a PUT, which adopts what exists, followed by a
+// bounded wait on its operation (they take seconds). With the default
+// resource group it first makes gpuprov-<installation>-<region> and the
+// shared virtual network gpuprov-<region>, once per process, neither of
+// which Cleanup deletes; when that group turns out to be gone (deleted out
+// of band: ResourceGroupNotFound), Prepare forgets it and makes both
+// again, once per call, and a group still missing after that is
+// Transient. In a configured resource group, a missing group is
+// InvalidRequest, and a side resource of the name that carries another
+// installation's identity is Unavailable: nothing was made. The boot image
+// and the request's source ranges are checked here; one that does not
+// parse is InvalidRequest.
 func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
+	b, err := p.prepare(ctx, offer, spec)
+	if err == nil || !p.ownGroupGone(err) {
+		return b, err
+	}
+	rg := p.resourceGroup(offer.Location.Region)
+	p.forgetGroup(rg)
+	p.log.Warn("azure: resource group gone; making it again", "provider", p.name, "vm", spec.VM, "resource_group", rg)
+	if b, err = p.prepare(ctx, offer, spec); err != nil && p.ownGroupGone(err) {
+		p.forgetGroup(rg)
+		return nil, p.reclassify(err, provider.Transient, "resource group %s still missing after it was made again", rg)
+	}
+	return b, err
+}
+
+// ownGroupGone reports whether err says the adapter's own resource group
+// (gpuprov-<installation>-<region>, not a configured one) does not exist.
+func (p *Provider) ownGroupGone(err error) bool {
+	return p.cfg.ResourceGroup == "" && IsCode(err, "ResourceGroupNotFound")
+}
+
+// forgetGroup drops what this process remembers having made in rg (the
+// group and its virtual network), so that the next Prepare makes them.
+func (p *Provider) forgetGroup(rg string) {
+	p.ensured.Range(func(k, _ any) bool {
+		if k == "rg:"+rg || strings.HasPrefix(k.(string), "vnet:"+rg+"/") {
+			p.ensured.Delete(k)
+		}
+		return true
+	})
+}
+
+// reclassify returns the *provider.Error of err with kind, its text
+// prefixed with what (formatted); err's provider and op prefix is not
+// repeated.
+func (p *Provider) reclassify(err error, kind provider.ErrorKind, format string, args ...any) *provider.Error {
+	var pe *provider.Error
+	if !errors.As(err, &pe) {
+		return p.errorf(kind, "prepare", format+": %w", append(args, err)...)
+	}
+	out := *pe
+	out.Kind, out.Block, out.BlockFor = kind, provider.ScopeDefault, 0
+	out.Err = fmt.Errorf(format+": %w", append(args, pe.Err)...)
+	return &out
+}
+
+func (p *Provider) prepare(ctx context.Context, offer *provider.Offer, spec *provider.InstanceSpec) (json.RawMessage, error) {
 	region := offer.Location.Region
 	rg := p.resourceGroup(region)
 	imgRef := spec.Image
@@ -58,6 +115,10 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 	if err != nil {
 		return nil, p.errorf(provider.InvalidRequest, "prepare", "image: %w", err)
 	}
+	if err := provider.ValidateSourceRanges(spec.SourceRanges); err != nil {
+		return nil, p.errorf(provider.InvalidRequest, "prepare", "%w", err)
+	}
+	sources := provider.SourcesFor(spec, p.cfg.SourceRanges)
 	if p.cfg.ResourceGroup == "" {
 		if err := p.ensureResourceGroup(ctx, rg, region); err != nil {
 			return nil, err
@@ -78,7 +139,7 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 	}
 	nsg := armnetwork.SecurityGroup{
 		Location: to(region), Tags: tags(labels),
-		Properties: &armnetwork.SecurityGroupPropertiesFormat{SecurityRules: securityRules(spec.OpenPorts)},
+		Properties: &armnetwork.SecurityGroupPropertiesFormat{SecurityRules: securityRules(spec.OpenPorts, sources)},
 	}
 	if err := p.putNSG(ctx, rg, nsgName, nsg); err != nil {
 		return nil, err
@@ -97,10 +158,8 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 	if err := p.putIP(ctx, rg, ipName, ip); err != nil {
 		return nil, err
 	}
-	nicTags := tags(labels)
-	nicTags[tagSpot] = to(strconv.FormatBool(offer.Spot))
 	nic := armnetwork.Interface{
-		Location: to(region), Tags: nicTags,
+		Location: to(region), Tags: nicTags(spec, offer.Spot),
 		Properties: &armnetwork.InterfacePropertiesFormat{
 			NetworkSecurityGroup: &armnetwork.SecurityGroup{ID: to(p.networkID(rg, "networkSecurityGroups", nsgName))},
 			IPConfigurations: []*armnetwork.InterfaceIPConfiguration{{
@@ -117,15 +176,32 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 	if err := p.putNIC(ctx, rg, nicName, nic); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(prepared{ResourceGroup: rg, NIC: p.networkID(rg, "networkInterfaces", nicName), Image: img})
+	b, err := json.Marshal(prepared{ResourceGroup: rg, NIC: p.networkID(rg, "networkInterfaces", nicName), Image: img, Spot: to(offer.Spot)})
 	if err != nil {
 		return nil, p.errorf(provider.Failed, "prepare", "encode: %w", err)
 	}
 	return b, nil
 }
 
-// securityRules allows inbound tcp/22 and ports, each once, from anywhere.
-func securityRules(ports []provider.Port) []*armnetwork.SecurityRule {
+// nicTags are the NIC's tags: the VM's labels and tagSpot.
+func nicTags(spec *provider.InstanceSpec, spot bool) map[string]*string {
+	t := tags(spec.Labels())
+	t[tagSpot] = to(strconv.FormatBool(spot))
+	return t
+}
+
+// securityRules allows inbound tcp/22 and ports, each once, from sources
+// (provider.SourcesFor): one rule per port from "*" when the sources are
+// provider.DefaultSourceRanges; else one rule per port and address family
+// whose sourceAddressPrefixes are the family's ranges (a rule may not mix
+// IPv4 and IPv6 prefixes: ResourceCannotContainAddressPrefixesFromDifferentAddressFamilies,
+// hashicorp/terraform-provider-azurerm#12534), and for each of ports (not
+// SSH) one more rule from the service tag VirtualNetwork, which
+// sourceAddressPrefixes may not hold (SecurityRuleParameterContainsUnsupportedValue,
+// kubernetes/kubernetes#71789), so that the cluster's nodes in the
+// virtual network reach each other. Priorities count up from 1000 in that
+// order.
+func securityRules(ports []provider.Port, sources []string) []*armnetwork.SecurityRule {
 	type key struct {
 		n     int
 		proto string
@@ -140,25 +216,60 @@ func securityRules(ports []provider.Port) []*armnetwork.SecurityRule {
 			want = append(want, k)
 		}
 	}
-	rules := make([]*armnetwork.SecurityRule, 0, len(want))
+	type from struct {
+		suffix   string
+		prefix   string   // sourceAddressPrefix: "*" or a service tag
+		prefixes []string // sourceAddressPrefixes: CIDRs of one family
+	}
+	restricted := provider.Restricted(sources)
+	froms := []from{{prefix: "*"}}
+	if restricted {
+		var v4, v6 []string
+		for _, s := range sources {
+			if pfx, err := netip.ParsePrefix(s); err == nil && !pfx.Addr().Is4() {
+				v6 = append(v6, s)
+			} else {
+				v4 = append(v4, s)
+			}
+		}
+		froms = nil
+		if len(v4) > 0 {
+			froms = append(froms, from{prefixes: v4})
+		}
+		if len(v6) > 0 {
+			froms = append(froms, from{suffix: "-v6", prefixes: v6})
+		}
+	}
+	var rules []*armnetwork.SecurityRule
 	for i, k := range want {
 		proto := armnetwork.SecurityRuleProtocolTCP
 		if k.proto == "udp" {
 			proto = armnetwork.SecurityRuleProtocolUDP
 		}
 		name := fmt.Sprintf("gpuprov-%d-%s", k.n, k.proto)
+		fs := froms
 		if i == 0 {
 			name = "gpuprov-ssh"
+		} else if restricted {
+			fs = append(slices.Clone(froms), from{suffix: "-vnet", prefix: "VirtualNetwork"})
 		}
-		rules = append(rules, &armnetwork.SecurityRule{
-			Name: to(name),
-			Properties: &armnetwork.SecurityRulePropertiesFormat{
-				Priority: to(int32(1000 + i)), Direction: to(armnetwork.SecurityRuleDirectionInbound),
-				Access: to(armnetwork.SecurityRuleAccessAllow), Protocol: to(proto),
-				SourceAddressPrefix: to("*"), SourcePortRange: to("*"),
-				DestinationAddressPrefix: to("*"), DestinationPortRange: to(strconv.Itoa(k.n)),
-			},
-		})
+		for _, f := range fs {
+			r := &armnetwork.SecurityRule{
+				Name: to(name + f.suffix),
+				Properties: &armnetwork.SecurityRulePropertiesFormat{
+					Priority: to(int32(1000 + len(rules))), Direction: to(armnetwork.SecurityRuleDirectionInbound),
+					Access: to(armnetwork.SecurityRuleAccessAllow), Protocol: to(proto), SourcePortRange: to("*"),
+					DestinationAddressPrefix: to("*"), DestinationPortRange: to(strconv.Itoa(k.n)),
+				},
+			}
+			if f.prefix != "" {
+				r.Properties.SourceAddressPrefix = to(f.prefix)
+			}
+			for _, s := range f.prefixes {
+				r.Properties.SourceAddressPrefixes = append(r.Properties.SourceAddressPrefixes, to(s))
+			}
+			rules = append(rules, r)
+		}
 	}
 	return rules
 }

@@ -21,10 +21,13 @@ import (
 // A launch of one T4 meets AllocationFailed (reported by the VM PUT's
 // operation, after the VM object was made) in the first location the core
 // tries (eastus2: five regions tie at $0.526/h and the core breaks ties by
-// offer key); a vCPU quota refusal (409 OperationNotAllowed "exceeding
-// approved ... Cores quota", synchronous) in the next, eastus; and succeeds
-// in northcentralus. The journal shows three attempts, the capacity block
-// of the eastus2 offer and the quota block of the eastus region, and both
+// offer key); a refusal of the T4 family's vCPU quota (409
+// OperationNotAllowed "exceeding approved Standard NCASv3_T4 Family Cores
+// quota", synchronous: the code as Azure/karpenter-provider-azure#192
+// shows it, the family as skypilot-org/skypilot#464 and the Resource SKUs
+// API spell it) in the next, eastus; and succeeds in northcentralus. The
+// journal shows three attempts, the capacity block of the eastus2 offer
+// and the quota block of the T4 family's on-demand offers in eastus, and both
 // failed attempts torn down: the failed VM deleted, its NIC, public IP and
 // security group cleaned up. Deleting the VM leaves no per-VM resource on
 // the mock cloud (VMs, OS disks, NICs, public IPs, security groups); only
@@ -37,7 +40,7 @@ func TestProvisionerFailsOverAcrossRegions(t *testing.T) {
 	c.createFaults["eastus2"] = []fault{{Async: true, Code: "AllocationFailed",
 		Message: "Allocation failed. We do not have sufficient capacity for the requested VM size in this region. Read more about improving likelihood of allocation success at http://aka.ms/allocation-guidance"}}
 	c.createFaults["eastus"] = []fault{{Status: 409, Code: "OperationNotAllowed",
-		Message: "Operation could not be completed as it results in exceeding approved standardNCASv3_T4Family Cores quota. Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 0, Current Usage: 0, Additional Required: 4, (Minimum) New Limit Required: 4."}}
+		Message: "Operation could not be completed as it results in exceeding approved Standard NCASv3_T4 Family Cores quota. Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 0, Current Usage: 0, Additional Required: 4, (Minimum) New Limit Required: 4."}}
 
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	t.Cleanup(clk.AutoAdvance())
@@ -77,7 +80,7 @@ func TestProvisionerFailsOverAcrossRegions(t *testing.T) {
 		scopes[b.Scope] = b.Key + " " + b.ErrorKind
 	}
 	if len(blocks) != 2 || scopes["offer"] != "offer:azure|eastus2||Standard_NC4as_T4_v3|od capacity" ||
-		scopes["region"] != "region:azure|eastus quota" {
+		scopes["family"] != "family:azure|eastus|Standard NCASv3_T4 Family|od quota" {
 		t.Fatalf("blocks %+v", blocks)
 	}
 	mu.Lock()

@@ -30,6 +30,11 @@ type Size struct {
 	Name string `json:"name"`
 	// Series is the size series as Microsoft names it ("NC_A100_v4").
 	Series string `json:"series"`
+	// Family is the size's vCPU quota family as the Resource SKUs API
+	// spells it (the SKU's "family": "StandardNCADSA100v4Family",
+	// "Standard NCASv3_T4 Family"), which quota refusals name; empty:
+	// not recorded.
+	Family string `json:"family,omitempty"`
 	// GPU is the canonical GPU name (provider.LookupGPU).
 	GPU         string  `json:"gpu"`
 	GPUCount    int     `json:"gpu_count"`
