@@ -2,6 +2,7 @@ package aws
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -86,6 +87,13 @@ type Config struct {
 	// zero too, else RequestsPerSecond rounded down, at least 1. Negative
 	// is an error.
 	Burst int `toml:"burst" json:"burst"`
+	// SourceRanges are the networks (CIDRs: IPv4 ranges go into a rule's
+	// IpRanges, IPv6 ones into its Ipv6Ranges) that may connect to SSH and
+	// the OpenPorts of a VM whose request names none; empty means
+	// provider.DefaultSourceRanges (anywhere). When they admit less than
+	// that, OpenPorts also admit the members of the same shared security
+	// group (a cluster's nodes in one VPC), SSH does not.
+	SourceRanges []string `toml:"source_ranges" json:"source_ranges"`
 }
 
 var (
@@ -115,6 +123,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("requests_per_second: %v is negative", c.RequestsPerSecond)
 	case c.Burst < 0:
 		return fmt.Errorf("burst: %d is negative", c.Burst)
+	}
+	if err := provider.ValidateSourceRanges(c.SourceRanges); err != nil {
+		return fmt.Errorf("source_ranges: %w", err)
 	}
 	for name, d := range map[string]time.Duration{"boot_timeout": c.BootTimeout, "delete_timeout": c.DeleteTimeout,
 		"poll_interval": c.PollInterval, "consistency_window": c.ConsistencyWindow, "request_timeout": c.RequestTimeout} {
@@ -201,10 +212,22 @@ func WithClock(c clock.Clock) Option { return func(p *Provider) { p.clock = c } 
 
 // New returns the provider of cfg. Without WithEndpoint it loads the SDK's
 // default configuration (profile, environment, shared files, instance
-// role); credentials are resolved lazily, at the first call.
+// role); credentials are resolved lazily, at the first call. Its errors
+// start with "aws: " and name the config key at fault ("aws: config:
+// source_ranges: ..."); nothing is created when one is returned.
 func New(cfg Config, opts ...Option) (*Provider, error) {
+	p, err := build(cfg, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("aws: %w", err)
+	}
+	return p, nil
+}
+
+// build is New without the "aws: " prefix, which provider.Build puts as
+// "provider aws: " on what the registry's factory returns.
+func build(cfg Config, opts ...Option) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("aws: config: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler), clock: clock.Real,
 		ec2s: map[string]*ec2.Client{}, ssms: map[string]*ssm.Client{}, recent: map[string][]recentCreate{},
@@ -221,7 +244,7 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 	if p.cat == nil {
 		c, err := EmbeddedCatalog()
 		if err != nil {
-			return nil, fmt.Errorf("aws: %w", err)
+			return nil, err
 		}
 		p.cat = c
 	}
@@ -232,7 +255,7 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 	}
 	if e := p.endpoint; e != nil {
 		if e.URL == "" || e.Client == nil {
-			return nil, fmt.Errorf("aws: endpoint: URL and Client are required")
+			return nil, errors.New("endpoint: URL and Client are required")
 		}
 		p.noteCredentials(awssdk.Credentials{AccessKeyID: e.AccessKeyID, SecretAccessKey: e.SecretAccessKey, SessionToken: e.SessionToken})
 		return p, nil
@@ -243,7 +266,7 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 	}
 	ac, err := config.LoadDefaultConfig(context.Background(), loaders...)
 	if err != nil {
-		return nil, fmt.Errorf("aws: profile %q: %w", cfg.Profile, err)
+		return nil, fmt.Errorf("profile %q: %w", cfg.Profile, err)
 	}
 	if ac.Credentials != nil {
 		// Every set of credentials the chain hands the SDK (at the first

@@ -12,12 +12,13 @@ func init() {
 
 // factory builds the provider from its Config: s.Config, or the section
 // s.Decode reads (the [aws] table of the CLI's file). Credentials come from
-// the SDK's default chain, starting at the configured profile; New
-// validates the rest.
+// the SDK's default chain, starting at the configured profile; build
+// validates the rest. Its errors carry no "aws: " prefix: provider.Build
+// puts "provider <name>: " before them.
 func factory(s provider.Settings) (provider.CloudProvider, error) {
 	var cfg Config
 	if err := s.DecodeInto(&cfg); err != nil {
-		return nil, fmt.Errorf("aws: config: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
-	return New(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
+	return build(cfg, WithName(s.Name), WithInstallation(s.Installation), WithLogger(s.Logger))
 }

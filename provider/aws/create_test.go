@@ -120,7 +120,8 @@ func TestCapacityIsHTTP500AndNotRetried(t *testing.T) {
 
 // Every documented error kind of RunInstances, each from one request that
 // the fake answers with the status EC2 documents for the code (Status 0)
-// or, for codes the table does not know, the status given. Nothing is
+// or, for codes the table does not know, the status given; the kinds and
+// scopes are those of TestClassify, whose rows cite the reference. Nothing is
 // created by any of them.
 func TestCreateErrorKinds(t *testing.T) {
 	for _, tc := range []struct {
@@ -129,16 +130,16 @@ func TestCreateErrorKinds(t *testing.T) {
 		kind   provider.ErrorKind
 		scope  provider.Scope
 	}{
-		{"VcpuLimitExceeded", 0, provider.Quota, provider.ScopeRegion},
+		{"VcpuLimitExceeded", 0, provider.Quota, provider.ScopeFamily}, // refODQuota: the type's bucket
 		{"InstanceLimitExceeded", 0, provider.Quota, provider.ScopeRegion},
-		{"MaxSpotInstanceCountExceeded", 0, provider.Quota, provider.ScopeRegion},
+		{"MaxSpotInstanceCountExceeded", 0, provider.Quota, provider.ScopeSpot}, // refSpotQuota: Spot only
 		{"InsufficientInstanceCapacity", 0, provider.Capacity, provider.ScopeOffer},
 		{"InsufficientAddressCapacity", 0, provider.Capacity, provider.ScopeZone},
-		{"InsufficientReservedInstanceCapacity", 0, provider.Capacity, provider.ScopeZone},
+		{"InsufficientReservedInstanceCapacity", 0, provider.Capacity, provider.ScopeOffer},
 		{"SpotMaxPriceTooLow", 0, provider.Capacity, provider.ScopeOffer},
 		{"RequestLimitExceeded", 0, provider.Transient, provider.ScopeOffer},
 		{"InternalError", 0, provider.Transient, provider.ScopeOffer},
-		{"Unsupported", 0, provider.Unavailable, provider.ScopeZone},
+		{"Unsupported", 0, provider.Unavailable, provider.ScopeOffer},
 		{"InvalidInstanceType", 0, provider.Unavailable, provider.ScopeRegion},
 		{"InvalidInstanceType.NotFound", 0, provider.Unavailable, provider.ScopeRegion},
 		{"OptInRequired", 0, provider.Unavailable, provider.ScopeRegion},
@@ -184,8 +185,10 @@ func TestCreateErrorKinds(t *testing.T) {
 }
 
 // A type the zone does not sell: EC2 answers Unsupported (HTTP 400) with
-// its message naming the zones that do; the offer's zone is blocked and
-// nothing was created.
+// its message naming the zones that do ("Error codes for the Amazon EC2
+// API", client errors: "an Availability Zone that currently has
+// constraints on that instance type"); the offer (that type in that zone)
+// is blocked, not the zone, and nothing was created.
 func TestCreateTypeNotOfferedInZone(t *testing.T) {
 	e := newEnv(t, awsConfig())
 	ctx := context.Background()
@@ -204,9 +207,9 @@ func TestCreateTypeNotOfferedInZone(t *testing.T) {
 	}
 	_, err = e.p.Create(ctx, &o, prep, spec)
 	pe := errKind(t, err, provider.Unavailable)
-	if pe.Scope() != provider.ScopeZone || aws.ErrorCode(err) != "Unsupported" ||
+	if pe.Scope() != provider.ScopeOffer || aws.ErrorCode(err) != "Unsupported" ||
 		!strings.Contains(err.Error(), "is not supported in your requested Availability Zone") {
-		t.Fatalf("scope %s, error %v; want zone scope and EC2's Unsupported", pe.Scope(), err)
+		t.Fatalf("scope %s, error %v; want offer scope and EC2's Unsupported", pe.Scope(), err)
 	}
 	if n, live := len(e.f.requests("RunInstances")), e.f.live(); n != 1 || len(live) != 0 {
 		t.Fatalf("%d RunInstances, %d instances left; want 1 and none", n, len(live))

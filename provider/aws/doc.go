@@ -11,6 +11,7 @@
 //	spot     = true                         # also offer spot capacity to requests that accept it
 //	refine   = true                         # ask EC2 for zones (and spot prices) at Plan time
 //	image    = "ami-0123456789abcdef0"      # default: the Deep Learning Base OSS Nvidia Driver AMI via SSM
+//	source_ranges = ["203.0.113.0/24"]      # who may connect; default anywhere (0.0.0.0/0)
 //
 // Credentials come from the SDK's default chain (environment, shared files,
 // SSO, instance role), starting at the profile. Tests use New with
@@ -28,7 +29,9 @@
 //	           the shared security group (below): nothing when it is remembered, else
 //	           CreateSecurityGroup gpuprov-fw-<hash> (InvalidGroup.Duplicate → DescribeSecurityGroups,
 //	           adopt if it is this installation's shared group) + AuthorizeSecurityGroupIngress per
-//	           port it does not open yet (tcp/22 and OpenPorts; InvalidPermission.Duplicate is success);
+//	           port with the sources it does not admit yet (tcp/22 and OpenPorts from the sources,
+//	           OpenPorts from the group itself too when the sources are restricted;
+//	           InvalidPermission.Duplicate is success);
 //	           ImportKeyPair gpuprov-<vm> (InvalidKeyPair.Duplicate is success);
 //	           ssm:GetParameter of the image parameter unless an image is given.
 //	Create     RunInstances: one instance, ClientToken, NetworkInterfaces[0] with the subnet,
@@ -71,14 +74,19 @@
 // The VMs of an installation that open the same ports in one VPC share one
 // security group (provider.SharedCleaner) instead of one each, which at a
 // thousand VMs would cost as many EC2 calls as the instances. It is named
-// provider.SharedName(installation, ports), gpuprov-fw-<12 hex digits>, for
-// the port set tcp/22 and OpenPorts (in any order), and tagged Name,
+// provider.SharedName(installation, ports, sources), gpuprov-fw-<12 hex
+// digits>, for the port set tcp/22 and OpenPorts (in any order) and the
+// sources (the request's ranges, else source_ranges, else 0.0.0.0/0), and
+// tagged Name,
 // gpuprov-installation and gpuprov-shared=true: no VM's identity and no
 // caller's labels. The provider remembers each group it made or adopted (by
 // region, VPC and name), so only the first Prepare of a group sends
 // security-group requests, and concurrent first Prepares make one group. A
 // group found made already (by another process, or by one that died before
-// opening its ports) is adopted and its missing rules opened. Cleanup never
+// opening its ports) is adopted and its missing rules opened. Each port
+// admits the sources; when they are restricted, every port but SSH also
+// admits the group's own members (a rule whose source is the group), so a
+// cluster's nodes in the VPC reach each other. Cleanup never
 // touches it; CleanupShared deletes it once no instance uses it (EC2 refuses
 // while one does, shutting-down included). Per-VM groups gpuprov-<vm> made
 // before groups were shared are still removed by their VM's Cleanup.

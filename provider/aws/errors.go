@@ -17,13 +17,15 @@ import (
 	"github.com/org/gpuprov/provider"
 )
 
-// errorReference is the EC2 API Reference's error-code page the tables
-// below follow ("Error codes for the Amazon EC2 API": common client errors, client
-// errors for specific actions, server errors). Client errors come with an
-// HTTP 400-series status, server errors with a 500-series one.
-const errorReference = "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html"
+// The tables below follow the EC2 API Reference's error-code page, "Error
+// codes for the Amazon EC2 API"
+// (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html):
+// common client errors, client errors for specific actions, server errors.
+// Client errors come with an HTTP 400-series status, server errors with a
+// 500-series one. docs/clouds/aws.md gives every code's kind, block scope
+// and block length with the section it comes from.
 
-// codeKinds maps the EC2 (and SSM) error codes of errorReference to the failover
+// codeKinds maps the EC2 (and SSM) error codes of that page to the failover
 // policy. Codes are matched exactly and before the HTTP status, so a
 // stockout that EC2 sends as a server error (HTTP 500) is Capacity, not
 // Transient; a code missing here falls back to the status (see kindOf).
@@ -53,8 +55,8 @@ var codeKinds = map[string]provider.ErrorKind{
 	// stockouts
 	"InsufficientInstanceCapacity":          provider.Capacity, // server (HTTP 500): no capacity for this type here
 	"InsufficientAddressCapacity":           provider.Capacity, // server: not enough addresses (zone)
-	"InsufficientReservedInstanceCapacity":  provider.Capacity, // server: not enough Reserved Instances (zone)
-	"InsufficientReservedInstancesCapacity": provider.Capacity, // the same, as the client-error table spells it (zone)
+	"InsufficientReservedInstanceCapacity":  provider.Capacity, // server: not enough Reserved Instances (of the type: offer)
+	"InsufficientReservedInstancesCapacity": provider.Capacity, // the same, as the client-error table spells it (offer)
 	"InsufficientVolumeCapacity":            provider.Capacity, // server: no EBS capacity for the root volume (zone)
 	"InsufficientCapacityOnHost":            provider.Capacity,
 	"InsufficientHostCapacity":              provider.Capacity, // server: Dedicated Host capacity
@@ -62,7 +64,7 @@ var codeKinds = map[string]provider.ErrorKind{
 	"UnfulfillableCapacity":                 provider.Capacity, // not enough spare spot capacity
 	"SpotMaxPriceTooLow":                    provider.Capacity,
 	"ReservationCapacityExceeded":           provider.Capacity,
-	// account limits: block the region
+	// account limits: block the region, or what codeScopes names
 	"InstanceLimitExceeded":              provider.Quota,
 	"VcpuLimitExceeded":                  provider.Quota,
 	"MaxSpotInstanceCountExceeded":       provider.Quota,
@@ -74,7 +76,7 @@ var codeKinds = map[string]provider.ErrorKind{
 	"ResourceLimitExceeded":              provider.Quota,
 	"PlacementGroupLimitExceeded":        provider.Quota, // EnsurePlacementGroup: the account's placement groups
 	// not viable here; nothing was created
-	"Unsupported":                       provider.Unavailable, // e.g. the instance type is not offered in the zone
+	"Unsupported":                       provider.Unavailable, // e.g. the instance type is not offered in the zone (offer)
 	"UnsupportedOperation":              provider.Unavailable, // e.g. the type is not supported by the AMI
 	"InvalidInstanceType":               provider.Unavailable, // the type is not supported for this request (region)
 	"InvalidInstanceType.NotFound":      provider.Unavailable, // the type does not exist in the region
@@ -140,28 +142,53 @@ var codeKinds = map[string]provider.ErrorKind{
 	"InvalidPlacementGroup.Unknown": provider.Failed,
 }
 
-// codeScopes sets the blocking scope of codes that hold for more than the
-// offer. Zone: the shortage or constraint is the zone's (its addresses, its
-// reservations, its volumes, its subnet, the types it offers), so the core
-// moves on to the next zone. Region: the instance type does not exist in
-// the region (EC2's types are a regional catalog, every zone would refuse it
-// alike, and there is no narrower "type in region" scope); it is not
-// InvalidRequest, because the same type can exist in another region and
-// other offers can still succeed.
+// codeScopes sets the blocking scope of the codes that name more, or
+// other, than the offer (instance type, zone, market): block only what the
+// error names. A shortage or constraint of one instance type in a zone
+// (InsufficientInstanceCapacity, Unsupported "Your requested instance type
+// (…) is not supported in your requested Availability Zone (…)", the
+// Reserved Instances of that type) is the offer's: the zone's other types
+// are still tried. Zone: what every type launched there needs is short
+// (public addresses, EBS capacity or the volume type, the subnet's free
+// private addresses), or the zone cannot join the launch's placement
+// group. Region: the instance type does not exist in the region (EC2's
+// types are a regional catalog, every zone would refuse it alike, and
+// there is no narrower "type in region" scope; not InvalidRequest, because
+// the same type can exist in another region), or the region itself is not
+// usable (opt-in, no default VPC). Spot: the account's Spot limit
+// ("Max spot instance count exceeded"; EC2 User Guide, "Spot Instance
+// quotas") stops Spot launches in the region, not on-demand ones. Family:
+// VcpuLimitExceeded is the On-Demand vCPU quota of "the instance bucket
+// that the specified instance type belongs to" (its message; EC2 User
+// Guide, "On-Demand Instance quotas": Running On-Demand G and VT
+// instances, Running On-Demand P instances, …), which Offer.Family names
+// (quotaFamily): the region's other buckets are still tried.
 var codeScopes = map[string]provider.Scope{
-	"InsufficientAddressCapacity":           provider.ScopeZone,
-	"InsufficientReservedInstanceCapacity":  provider.ScopeZone,
-	"InsufficientReservedInstancesCapacity": provider.ScopeZone,
-	"InsufficientVolumeCapacity":            provider.ScopeZone,
-	"Unsupported":                           provider.ScopeZone,
-	"VolumeTypeNotAvailableInZone":          provider.ScopeZone,
-	"InsufficientFreeAddressesInSubnet":     provider.ScopeZone,
-	"InvalidPlacementGroup.InUse":           provider.ScopeZone,
-	"InvalidInstanceType":                   provider.ScopeRegion,
-	"InvalidInstanceType.NotFound":          provider.ScopeRegion,
-	"OptInRequired":                         provider.ScopeRegion,
-	"VPCIdNotSpecified":                     provider.ScopeRegion,
-	"DefaultVpcDoesNotExist":                provider.ScopeRegion,
+	"InsufficientAddressCapacity":       provider.ScopeZone,
+	"InsufficientVolumeCapacity":        provider.ScopeZone,
+	"VolumeTypeNotAvailableInZone":      provider.ScopeZone,
+	"InsufficientFreeAddressesInSubnet": provider.ScopeZone,
+	"InvalidPlacementGroup.InUse":       provider.ScopeZone,
+	"InvalidInstanceType":               provider.ScopeRegion,
+	"InvalidInstanceType.NotFound":      provider.ScopeRegion,
+	"OptInRequired":                     provider.ScopeRegion,
+	"VPCIdNotSpecified":                 provider.ScopeRegion,
+	"DefaultVpcDoesNotExist":            provider.ScopeRegion,
+	"MaxSpotInstanceCountExceeded":      provider.ScopeSpot,
+	"VcpuLimitExceeded":                 provider.ScopeFamily,
+}
+
+// apiCause returns the vendor error inside err when err is already a
+// classified (and masked) *provider.Error, so that a new *provider.Error
+// wrapping it keeps the AWS error code (ErrorCode) without printing the
+// "aws: <op>: <kind>: " of the first one again; any other err is returned
+// as it is.
+func apiCause(err error) error {
+	var pe *provider.Error
+	if errors.As(err, &pe) && pe.Err != nil {
+		return pe.Err
+	}
+	return err
 }
 
 // ErrorCode returns the AWS error code in err's chain ("InsufficientInstanceCapacity"),

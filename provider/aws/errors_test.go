@@ -22,9 +22,10 @@ func apiErr(status int, code string) error {
 			Err: &smithy.GenericAPIError{Code: code, Message: "m"}}, RequestID: "r"}}
 }
 
-// Sections of errorReference (the EC2 API Reference's "Error codes for the
-// Amazon EC2 API", read 2026-06 through a Markdown copy of the page) that
-// the rows of TestClassify cite. Client errors come with a 400-series
+// Sections of the EC2 API Reference's "Error codes for the Amazon EC2 API"
+// (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html,
+// read 2026-06 through a Markdown copy of the page) that the rows of
+// TestClassify cite, and the User Guide pages the quota scopes follow. Client errors come with a 400-series
 // status, server errors with a 500-series one.
 const (
 	refCommon = "errors-overview#CommonErrors"
@@ -32,9 +33,19 @@ const (
 	refServer = "errors-overview#api-error-codes-table-server"
 	refSSM    = "SSM API Reference, common errors"
 	refNone   = "not in the reference"
+	// refODQuota: EC2 User Guide, "On-Demand Instance quotas": one vCPU
+	// quota per instance bucket and region (Running On-Demand G and VT
+	// instances, Running On-Demand P instances, …); VcpuLimitExceeded's
+	// message names "the instance bucket that the specified instance type
+	// belongs to".
+	refODQuota = "User Guide, On-Demand Instance quotas"
+	// refSpotQuota: EC2 User Guide, "Spot Instance quotas": Spot vCPU
+	// quotas per region; exceeding one answers "Max spot instance count
+	// exceeded".
+	refSpotQuota = "User Guide, Spot Instance quotas"
 )
 
-// TestClassify is the error table of errorReference: each code with the
+// TestClassify is the error table of that page: each code with the
 // status EC2 sends it with, the kind and scope it maps to, and what the
 // reference says about it. The code decides before the status: the server
 // errors below that are stockouts or zone constraints would otherwise read
@@ -52,8 +63,9 @@ func TestClassify(t *testing.T) {
 		// server errors: capacity
 		{"InsufficientInstanceCapacity", 500, provider.Capacity, provider.ScopeOffer, refServer + ": not enough capacity to fulfill your request; try other instance types"},
 		{"InsufficientAddressCapacity", 500, provider.Capacity, provider.ScopeZone, refServer + ": not enough available addresses to satisfy your minimum request"},
-		{"InsufficientReservedInstanceCapacity", 500, provider.Capacity, provider.ScopeZone, refServer + ": not enough available Reserved Instances to satisfy your minimum request"},
-		{"InsufficientReservedInstancesCapacity", 400, provider.Capacity, provider.ScopeZone, refClient + ": insufficient capacity for the requested Reserved Instances"},
+		// Reserved Instances are of one type in one zone: the offer's.
+		{"InsufficientReservedInstanceCapacity", 500, provider.Capacity, provider.ScopeOffer, refServer + ": not enough available Reserved Instances to satisfy your minimum request"},
+		{"InsufficientReservedInstancesCapacity", 400, provider.Capacity, provider.ScopeOffer, refClient + ": insufficient capacity for the requested Reserved Instances"},
 		{"InsufficientVolumeCapacity", 500, provider.Capacity, provider.ScopeZone, refServer + ": not enough capacity for the EBS volume; try another Availability Zone"},
 		{"InsufficientHostCapacity", 500, provider.Capacity, provider.ScopeOffer, refServer + ": not enough capacity for the Dedicated Host request"},
 		{"InsufficientCapacity", 500, provider.Capacity, provider.ScopeOffer, refServer + ": not enough capacity for the import instance request"},
@@ -77,8 +89,8 @@ func TestClassify(t *testing.T) {
 		{"InvalidGroup.NotFound", 400, provider.Transient, provider.ScopeOffer, refClient + ": the security group does not exist; the id of a recently created one may not have propagated"},
 		// account limits
 		{"InstanceLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on instances you can run concurrently"},
-		{"VcpuLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on vCPUs of running instances"},
-		{"MaxSpotInstanceCountExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on Spot Instances"},
+		{"VcpuLimitExceeded", 400, provider.Quota, provider.ScopeFamily, refClient + ": limit on vCPUs of running On-Demand instances; " + refODQuota + ": one limit per instance bucket"},
+		{"MaxSpotInstanceCountExceeded", 400, provider.Quota, provider.ScopeSpot, refClient + ": limit on Spot Instances; " + refSpotQuota + ": Spot limits, on-demand launches unaffected"},
 		{"VolumeLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on EBS volume storage"},
 		{"MaxIOPSLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on IOPS in the Region"},
 		{"SecurityGroupLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on security groups"},
@@ -86,7 +98,8 @@ func TestClassify(t *testing.T) {
 		{"ResourceLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": an EC2 resource limit"},
 		{"PlacementGroupLimitExceeded", 400, provider.Quota, provider.ScopeRegion, refClient + ": limit on placement groups"},
 		// not viable here; nothing created
-		{"Unsupported", 400, provider.Unavailable, provider.ScopeZone, refClient + ": e.g. an Availability Zone that has constraints on that instance type"},
+		// The constraint is on the type in the zone: the zone's other types are tried.
+		{"Unsupported", 400, provider.Unavailable, provider.ScopeOffer, refClient + ": e.g. an Availability Zone that has constraints on that instance type"},
 		{"InvalidInstanceType", 400, provider.Unavailable, provider.ScopeRegion, refClient + ": the instance type is not supported for this request"},
 		{"InvalidInstanceType.NotFound", 400, provider.Unavailable, provider.ScopeRegion, refNone + " (moto 5.2.1: \"The instance type '…' does not exist\" in the region)"},
 		{"UnsupportedOperation", 400, provider.Unavailable, provider.ScopeOffer, refCommon + ": e.g. an instance type not supported by the AMI"},

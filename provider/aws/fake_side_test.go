@@ -23,18 +23,55 @@ func (f *fakeEC2) securityGroups(r *fakeReq) *http.Response {
 		f.sgs[sg.ID] = sg
 		return answer("CreateSecurityGroup", `<return>true</return><groupId>`+sg.ID+`</groupId>`)
 	case "AuthorizeSecurityGroupIngress":
+		// EC2 API Reference, AuthorizeSecurityGroupIngress: IpPermissions.N
+		// (IpProtocol, FromPort, ToPort, IpRanges.M.CidrIp,
+		// Ipv6Ranges.M.CidrIpv6, Groups.M.GroupId: the query names of
+		// IpPermission's IpRanges, Ipv6Ranges and UserIdGroupPairs). A rule
+		// that exists already fails the whole request with
+		// InvalidPermission.Duplicate; a group named as the source must
+		// exist (InvalidGroup.NotFound).
 		sg, ok := f.sgs[r.Form.Get("GroupId")]
 		if !ok {
 			return ec2Error(400, "InvalidGroup.NotFound", "no group")
 		}
-		rule := r.Form.Get("IpPermissions.1.IpProtocol") + "/" + r.Form.Get("IpPermissions.1.FromPort")
-		if r.Form.Get("IpPermissions.1.IpRanges.1.CidrIp") != "0.0.0.0/0" {
-			f.t.Errorf("ingress rule without 0.0.0.0/0: %v", r.Form)
+		var add []string
+		for i := 1; r.Form.Get(fmt.Sprintf("IpPermissions.%d.IpProtocol", i)) != ""; i++ {
+			perm := fmt.Sprintf("IpPermissions.%d.", i)
+			port := r.Form.Get(perm+"IpProtocol") + "/" + r.Form.Get(perm+"FromPort")
+			if r.Form.Get(perm+"FromPort") != r.Form.Get(perm+"ToPort") {
+				f.t.Errorf("ingress rule over a port range: %v", r.Form)
+			}
+			var sources []string
+			for j := 1; ; j++ {
+				v4, v6 := r.Form.Get(fmt.Sprintf("%sIpRanges.%d.CidrIp", perm, j)), r.Form.Get(fmt.Sprintf("%sIpv6Ranges.%d.CidrIpv6", perm, j))
+				g := r.Form.Get(fmt.Sprintf("%sGroups.%d.GroupId", perm, j))
+				if v4 == "" && v6 == "" && g == "" {
+					break
+				}
+				if g != "" {
+					if _, ok := f.sgs[g]; !ok {
+						return ec2Error(400, "InvalidGroup.NotFound", "The security group '"+g+"' does not exist")
+					}
+				}
+				for _, src := range []string{v4, v6, g} {
+					if src != "" {
+						sources = append(sources, src)
+					}
+				}
+			}
+			if len(sources) == 0 {
+				f.t.Errorf("ingress rule without a source: %v", r.Form)
+			}
+			for _, src := range sources {
+				add = append(add, fakeRuleText(port, src))
+			}
 		}
-		if slices.Contains(sg.Rules, rule) {
-			return ec2Error(400, "InvalidPermission.Duplicate", "the rule "+rule+" already exists")
+		for _, rule := range add {
+			if slices.Contains(sg.Rules, rule) {
+				return ec2Error(400, "InvalidPermission.Duplicate", "the rule "+rule+" already exists")
+			}
 		}
-		sg.Rules = append(sg.Rules, rule)
+		sg.Rules = append(sg.Rules, add...)
 		return answer("AuthorizeSecurityGroupIngress", `<return>true</return>`)
 	case "DescribeSecurityGroups":
 		fs := filters(r.Form)
@@ -80,17 +117,62 @@ func (f *fakeEC2) securityGroups(r *fakeReq) *http.Response {
 	}
 }
 
+// fakeRuleText is how fakeSG.Rules writes one source admitted on port
+// (proto/number): "tcp/22" from 0.0.0.0/0, else "tcp/22 from <CIDR or
+// group id>".
+func fakeRuleText(port, src string) string {
+	if src == "0.0.0.0/0" {
+		return port
+	}
+	return port + " from " + src
+}
+
 // permissionsXML is the group's inbound rules as DescribeSecurityGroups
 // lists them (EC2 API Reference, SecurityGroup ipPermissions: IpPermission
-// ipProtocol, fromPort, toPort, ipRanges/item/cidrIp), each open to
-// 0.0.0.0/0 (the fake refuses any other source).
+// ipProtocol, fromPort, toPort, ipRanges/item/cidrIp,
+// ipv6Ranges/item/cidrIpv6, groups/item/groupId), one item per port.
 func (sg *fakeSG) permissionsXML() string {
+	type perm struct{ v4, v6, groups []string }
+	perms := map[string]*perm{}
+	var order []string
+	for _, rule := range sg.Rules {
+		port, src, _ := strings.Cut(rule, " from ")
+		if src == "" {
+			src = "0.0.0.0/0"
+		}
+		pm := perms[port]
+		if pm == nil {
+			pm = &perm{}
+			perms[port] = pm
+			order = append(order, port)
+		}
+		switch {
+		case strings.HasPrefix(src, "sg-"):
+			pm.groups = append(pm.groups, src)
+		case strings.Contains(src, ":"):
+			pm.v6 = append(pm.v6, src)
+		default:
+			pm.v4 = append(pm.v4, src)
+		}
+	}
 	var b strings.Builder
 	b.WriteString(`<ipPermissions>`)
-	for _, rule := range sg.Rules {
-		proto, port, _ := strings.Cut(rule, "/")
-		fmt.Fprintf(&b, `<item><ipProtocol>%s</ipProtocol><fromPort>%s</fromPort><toPort>%s</toPort><ipRanges><item><cidrIp>0.0.0.0/0</cidrIp></item></ipRanges></item>`,
-			proto, port, port)
+	for _, port := range order {
+		proto, number, _ := strings.Cut(port, "/")
+		pm := perms[port]
+		fmt.Fprintf(&b, `<item><ipProtocol>%s</ipProtocol><fromPort>%s</fromPort><toPort>%s</toPort><ipRanges>`, proto, number, number)
+		for _, c := range pm.v4 {
+			fmt.Fprintf(&b, `<item><cidrIp>%s</cidrIp></item>`, c)
+		}
+		b.WriteString(`</ipRanges><ipv6Ranges>`)
+		for _, c := range pm.v6 {
+			fmt.Fprintf(&b, `<item><cidrIpv6>%s</cidrIpv6></item>`, c)
+		}
+		b.WriteString(`</ipv6Ranges><groups>`)
+		for _, g := range pm.groups {
+			fmt.Fprintf(&b, `<item><userId>123456789012</userId><groupId>%s</groupId></item>`, g)
+		}
+		b.WriteString(`</groups></item>`)
 	}
 	b.WriteString(`</ipPermissions>`)
 	return b.String()

@@ -62,7 +62,7 @@ type fakeInstance struct {
 type fakeSG struct {
 	ID, Region, VPC, Name string
 	Tags                  map[string]string
-	Rules                 []string // proto/port
+	Rules                 []string // proto/port, and " from <source>" unless 0.0.0.0/0 (fakeRuleText)
 }
 
 type fakeKey struct {

@@ -2,7 +2,6 @@ package aws
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -18,7 +17,7 @@ import (
 // regional resource, named by the core (provider.PlacementGroupName), whose
 // instances EC2 packs into one Availability Zone close together. The error
 // codes below are the EC2 API Reference's client errors for specific
-// actions (errorReference,
+// actions ("Error codes for the Amazon EC2 API",
 // https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html):
 //
 //	InvalidPlacementGroup.Duplicate  the group already exists in that Region
@@ -119,13 +118,8 @@ func (p *Provider) DeletePlacementGroup(ctx context.Context, loc provider.Locati
 	case IsCode(err, "InvalidPlacementGroup.Unknown"):
 		return nil // deleted since it was listed
 	case IsCode(err, "InvalidPlacementGroup.InUse"):
-		cause := err
-		var pe *provider.Error
-		if errors.As(err, &pe) && pe.Err != nil {
-			cause = pe.Err // already classified and masked: keep the API error, not its kind
-		}
 		return &provider.Error{Kind: provider.Transient, Op: "cleanup", Provider: p.name,
-			Err: fmt.Errorf("placement group %s in %s is %w by instances: %w", name, loc.Region, provider.ErrInUse, cause)}
+			Err: fmt.Errorf("placement group %s in %s is %w by instances: %w", name, loc.Region, provider.ErrInUse, apiCause(err))}
 	}
 	return err
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
+	"unicode"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -122,12 +124,36 @@ func (p *Provider) appendOffer(offers []provider.Offer, req *provider.ResourceRe
 	o := provider.Offer{
 		Provider: p.name, Location: provider.Location{Region: region, Zone: zone}, InstanceType: t.InstanceType,
 		GPU: t.GPU, GPUCount: t.GPUCount, GPUMemoryGB: gpuMemoryGB(t), VCPUs: t.VCPUs, MemoryGB: t.MemoryGiB,
-		PricePerHour: price, Spot: spot, Detail: detail,
+		PricePerHour: price, Spot: spot, Detail: detail, Family: quotaFamily(t.InstanceType),
 	}
 	if req.Accepts(&o) {
 		offers = append(offers, o)
 	}
 	return offers
+}
+
+// quotaBuckets maps the letters that begin an instance family ("g" of
+// g6e, "vt" of vt1) to the vCPU quota EC2 counts it in. The EC2 User
+// Guide's "On-Demand Instance quotas" names one quota per bucket, per
+// region: Running On-Demand Standard (A, C, D, H, I, M, R, T, Z)
+// instances, … F instances, … G and VT instances, … Inf instances, … P
+// instances, … X instances, … DL instances, … Trn instances (and its
+// "Spot Instance quotas" the same buckets for Spot: All G and VT Spot
+// Instance Requests, All P Spot Instance Requests, …).
+var quotaBuckets = map[string]string{
+	"a": "Standard", "c": "Standard", "d": "Standard", "h": "Standard", "i": "Standard", "m": "Standard",
+	"r": "Standard", "t": "Standard", "z": "Standard",
+	"f": "F", "g": "G", "vt": "G", "inf": "Inf", "p": "P", "x": "X", "dl": "DL", "trn": "Trn",
+}
+
+// quotaFamily returns the quota bucket of instanceType ("P" for
+// p5.48xlarge, "G" for g6.xlarge and vt1.3xlarge), Offer.Family: a
+// VcpuLimitExceeded blocks that bucket's offers in the region and no
+// other. "" for a type whose bucket it does not know.
+func quotaFamily(instanceType string) string {
+	family, _, _ := strings.Cut(instanceType, ".")
+	letters := family[:strings.IndexFunc(family+"0", unicode.IsDigit)] // up to the generation digit
+	return quotaBuckets[letters]
 }
 
 // gpuMemoryGB is the canonical per-GPU memory of the type's GPU (EC2

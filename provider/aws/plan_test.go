@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/aws"
 )
 
 func plan(t *testing.T, e *env, req provider.ResourceRequest) []provider.Offer {
@@ -143,5 +144,32 @@ func TestPlanRefinementFallsBack(t *testing.T) {
 				t.Fatalf("%d offering calls, want one per region", n)
 			}
 		})
+	}
+}
+
+// Every offer names the vCPU quota bucket EC2 counts its type in
+// (Offer.Family), which a VcpuLimitExceeded blocks: the EC2 User Guide's
+// "On-Demand Instance quotas" has one quota per bucket and region, Running
+// On-Demand G and VT instances for g4dn, g5, g6 and g6e, Running On-Demand
+// P instances for p3, p4d, p4de and p5.
+func TestPlanNamesTheQuotaBucket(t *testing.T) {
+	e := newEnv(t, aws.Config{Regions: []string{"us-east-1"}, Spot: true})
+	for _, tc := range []struct {
+		gpu    string
+		count  int
+		family string
+	}{
+		{"L4", 1, "G"}, {"T4", 1, "G"}, {"A10G", 1, "G"}, {"L40S", 8, "G"},
+		{"H100-80GB", 8, "P"}, {"A100-40GB", 8, "P"}, {"A100-80GB", 8, "P"}, {"V100", 1, "P"},
+	} {
+		offers := plan(t, e, provider.ResourceRequest{GPU: tc.gpu, GPUCount: tc.count, Spot: provider.SpotOrOnDemand})
+		if len(offers) == 0 {
+			t.Fatalf("%s×%d: no offer", tc.gpu, tc.count)
+		}
+		for _, o := range offers {
+			if o.Family != tc.family {
+				t.Fatalf("%s (%s) has family %q, want %q", o.InstanceType, o.Key(), o.Family, tc.family)
+			}
+		}
 	}
 }

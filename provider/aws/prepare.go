@@ -106,7 +106,7 @@ func (p *Provider) subnet(ctx context.Context, c *ec2.Client, zone string) (vpc,
 		if IsCode(err, "InvalidSubnetID.NotFound") {
 			// the configured subnet lives in another region: this region is not viable
 			return "", "", &provider.Error{Kind: provider.Unavailable, Op: "prepare", Provider: p.name, Block: provider.ScopeRegion,
-				Err: fmt.Errorf("configured subnet %s is not in this region: %w", p.cfg.Subnet, err)}
+				Err: fmt.Errorf("configured subnet %s is not in this region: %w", p.cfg.Subnet, apiCause(err))}
 		}
 		if err != nil {
 			return "", "", err

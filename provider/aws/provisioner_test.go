@@ -22,7 +22,9 @@ import (
 // A launch on the fake EC2 meets InsufficientInstanceCapacity (HTTP 500)
 // in the first zone of us-east-1, VcpuLimitExceeded in the next zone of
 // us-east-1, and succeeds in us-west-2. The journal shows the three
-// attempts, the offer block and the region block, and each teardown; the
+// attempts, the offer block and the block of us-east-1's G bucket (the
+// vCPU quota of g6.xlarge's family class; every L4 offer there is in it),
+// and each teardown; the
 // cloud holds only the ready VM's instance and key and the shared security
 // group of its region, and nothing at all once the VM is deleted (the
 // core's CleanupShared a grace after the installation's last VM in the
@@ -86,7 +88,7 @@ func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 		keys = append(keys, b.Key)
 	}
 	slices.Sort(keys)
-	if want := []string{"offer:aws|us-east-1|use1-az1|g6.xlarge|od", "region:aws|us-east-1"}; !slices.Equal(keys, want) {
+	if want := []string{"family:aws|us-east-1|G|od", "offer:aws|us-east-1|use1-az1|g6.xlarge|od"}; !slices.Equal(keys, want) {
 		t.Fatalf("blocks %v, want %v", keys, want)
 	}
 	evs, err := db.Events(ctx, journal.EventQuery{VM: "train"})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -18,17 +19,23 @@ import (
 )
 
 // The shared security group (provider.SharedCleaner). Every VM of the
-// installation in a VPC that opens the same ports launches in one security
-// group, named provider.SharedName(installation, ports) where ports are SSH
-// (22/tcp) and the VM's OpenPorts, and tagged with
+// installation in a VPC that opens the same ports to the same sources
+// launches in one security group, named provider.SharedName(installation,
+// ports, sources) where ports are SSH (22/tcp) and the VM's OpenPorts and
+// sources provider.SourcesFor(spec, Config.SourceRanges), and tagged with
 // provider.SharedLabels(installation) and a Name: no VM's identity and no
 // caller's labels, since many VMs share it. Prepare makes it once and
 // remembers its id, so that the next Prepare in the VPC sends no security
 // group request at all; Cleanup never touches it; CleanupShared deletes it
 // once no instance uses it, which EC2 itself guarantees: DeleteSecurityGroup
 // of a group that an instance's network interface still uses answers
-// DependencyViolation. The error codes are the EC2 API Reference's client
-// errors for specific actions (errorReference,
+// DependencyViolation. Each port admits the sources; when they are
+// restricted, every port but SSH also admits the group's own members (a
+// UserIdGroupPair naming the group: EC2 User Guide, "Security group
+// rules", a security group as the source admits the instances whose
+// network interfaces are in it). The error codes are the EC2 API
+// Reference's client errors for specific actions ("Error codes for the
+// Amazon EC2 API",
 // https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html):
 //
 //	InvalidGroup.Duplicate       a security group with that name exists in the VPC
@@ -115,12 +122,16 @@ func (p *Provider) isShared(tags []types.Tag) bool {
 }
 
 // securityGroup returns the id of the installation's shared security group
-// for spec's ports in vpc of region: from memory when this provider made or
-// adopted it before (no request), else made or adopted (ensureGroup) by one
-// flight that concurrent Prepares of the same group wait for.
+// for spec's ports and sources (provider.SourcesFor: the request's ranges,
+// else Config.SourceRanges, else anywhere) in vpc of region: from memory
+// when this provider made or adopted it before (no request), else made or
+// adopted (ensureGroup) by one flight that concurrent Prepares of the same
+// group wait for. Groups are named by provider.SharedName over ports and
+// sources, so VMs that admit other sources get another group.
 func (p *Provider) securityGroup(ctx context.Context, c *ec2.Client, region, vpc string, spec *provider.InstanceSpec) (string, error) {
 	ports := groupPorts(spec)
-	name := provider.SharedName(p.installation, ports, nil)
+	sources := provider.SourcesFor(spec, p.cfg.SourceRanges)
+	name := provider.SharedName(p.installation, ports, sources)
 	key := groupKey(region, vpc, name)
 	for again := true; ; again = false {
 		if id, ok := p.groups.get(key); ok {
@@ -130,7 +141,7 @@ func (p *Provider) securityGroup(ctx context.Context, c *ec2.Client, region, vpc
 			if id, ok := p.groups.get(key); ok { // a flight that ended just before this one began
 				return id, nil
 			}
-			id, err := p.ensureGroup(ctx, c, region, vpc, name, ports)
+			id, err := p.ensureGroup(ctx, c, region, vpc, name, ports, sources)
 			if err != nil {
 				return "", err
 			}
@@ -150,16 +161,18 @@ func (p *Provider) securityGroup(ctx context.Context, c *ec2.Client, region, vpc
 // ensureGroup makes the shared group name in vpc (CreateSecurityGroup,
 // tagged) or, when EC2 answers InvalidGroup.Duplicate (another process, or
 // this one before a restart, made it), adopts it once DescribeSecurityGroups
-// shows it is this installation's shared group; then it opens every port of
-// ports that the group does not open yet, one AuthorizeSecurityGroupIngress
-// per port (InvalidPermission.Duplicate is success), so that a group whose
-// maker died between creating it and opening its ports is completed.
-func (p *Provider) ensureGroup(ctx context.Context, c *ec2.Client, region, vpc, name string, ports []provider.Port) (string, error) {
+// shows it is this installation's shared group; then, for every port of
+// ports, it adds what the group does not admit yet (see wantedRule): one
+// AuthorizeSecurityGroupIngress per port with the missing sources
+// (InvalidPermission.Duplicate is success), so that a group whose maker died
+// between creating it and opening its ports, or that lost a rule, is
+// completed and admits the sources it is named for.
+func (p *Provider) ensureGroup(ctx context.Context, c *ec2.Client, region, vpc, name string, ports []provider.Port, sources []string) (string, error) {
 	var id string
 	err := p.call(ctx, "prepare", func(ctx context.Context) error {
 		out, e := c.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{
 			GroupName: awssdk.String(name), VpcId: awssdk.String(vpc),
-			Description:       awssdk.String(groupDescription(ports)),
+			Description:       awssdk.String(groupDescription(ports, sources)),
 			TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeSecurityGroup, Tags: p.sharedTags(name)}},
 		})
 		if e == nil {
@@ -196,56 +209,112 @@ func (p *Provider) ensureGroup(ctx context.Context, c *ec2.Client, region, vpc, 
 	default:
 		return "", err
 	}
+	restricted := provider.Restricted(sources)
 	for _, pt := range ports {
-		if opens(have, pt) {
-			continue
-		}
-		if err := p.authorize(ctx, c, id, pt); err != nil {
-			return "", err
+		want := wantedRule(pt, sources, restricted)
+		if missing := want.less(admitted(have, id, pt)); !missing.empty() {
+			if err := p.authorize(ctx, c, id, pt, missing); err != nil {
+				return "", err
+			}
 		}
 	}
 	return id, nil
 }
 
-// groupDescription is the description of the group opening ports (EC2
-// takes up to 255 characters).
-func groupDescription(ports []provider.Port) string {
+// groupDescription is the description of the group opening ports to
+// sources (EC2 takes up to 255 characters).
+func groupDescription(ports []provider.Port, sources []string) string {
 	s := make([]string, 0, len(ports))
 	for _, pt := range ports {
 		s = append(s, pt.String())
 	}
 	slices.Sort(s)
 	d := "gpuprov shared by the VMs of an installation: " + strings.Join(s, " ")
+	if provider.Restricted(sources) {
+		d += " from " + strings.Join(sources, " ") + " and the group's members"
+	}
 	if len(d) > 255 {
 		d = d[:255]
 	}
 	return d
 }
 
-// opens reports whether perms let pt in from anywhere (0.0.0.0/0).
-func opens(perms []types.IpPermission, pt provider.Port) bool {
+// ruleSources is what one port of a group admits: CIDRs (IPv4 and IPv6)
+// and, with self, the group's own members (a UserIdGroupPair naming the
+// group).
+type ruleSources struct {
+	cidrs []string
+	self  bool
+}
+
+func (r ruleSources) empty() bool { return len(r.cidrs) == 0 && !r.self }
+
+// less returns what r has that have lacks.
+func (r ruleSources) less(have ruleSources) ruleSources {
+	var out ruleSources
+	for _, c := range r.cidrs {
+		if !slices.Contains(have.cidrs, c) {
+			out.cidrs = append(out.cidrs, c)
+		}
+	}
+	out.self = r.self && !have.self
+	return out
+}
+
+// wantedRule is what port pt of a shared group must admit: sources, and,
+// when they are restricted (provider.Restricted), for every port but SSH
+// the group's own members too, so that a cluster's nodes behind the group
+// reach each other's API server and WireGuard ports. Rules a group has
+// beyond these are left as they are.
+func wantedRule(pt provider.Port, sources []string, restricted bool) ruleSources {
+	return ruleSources{cidrs: sources, self: restricted && pt != sshPort}
+}
+
+// admitted returns what perms (the group's inbound rules, as
+// DescribeSecurityGroups lists them) let in on pt: the CIDRs of every rule
+// whose protocol and port range cover it, and whether one names the group
+// id itself.
+func admitted(perms []types.IpPermission, id string, pt provider.Port) ruleSources {
+	var out ruleSources
 	for _, perm := range perms {
 		if strings.ToLower(awssdk.ToString(perm.IpProtocol)) != pt.Protocol ||
 			int(awssdk.ToInt32(perm.FromPort)) > pt.Number || int(awssdk.ToInt32(perm.ToPort)) < pt.Number {
 			continue
 		}
-		if slices.ContainsFunc(perm.IpRanges, func(r types.IpRange) bool { return awssdk.ToString(r.CidrIp) == "0.0.0.0/0" }) {
-			return true
+		for _, r := range perm.IpRanges {
+			out.cidrs = append(out.cidrs, awssdk.ToString(r.CidrIp))
+		}
+		for _, r := range perm.Ipv6Ranges {
+			out.cidrs = append(out.cidrs, awssdk.ToString(r.CidrIpv6))
+		}
+		if slices.ContainsFunc(perm.UserIdGroupPairs, func(g types.UserIdGroupPair) bool { return awssdk.ToString(g.GroupId) == id }) {
+			out.self = true
 		}
 	}
-	return false
+	return out
 }
 
-// authorize opens pt from anywhere in group id; a rule that is there
+// authorize lets src in on pt in group id, in one
+// AuthorizeSecurityGroupIngress (IPv4 ranges as IpRanges, IPv6 ones as
+// Ipv6Ranges, the group itself as a UserIdGroupPair); a rule that is there
 // already (InvalidPermission.Duplicate) is success.
-func (p *Provider) authorize(ctx context.Context, c *ec2.Client, id string, pt provider.Port) error {
+func (p *Provider) authorize(ctx context.Context, c *ec2.Client, id string, pt provider.Port, src ruleSources) error {
+	desc := awssdk.String("gpuprov " + pt.String())
+	perm := types.IpPermission{IpProtocol: awssdk.String(pt.Protocol),
+		FromPort: awssdk.Int32(int32(pt.Number)), ToPort: awssdk.Int32(int32(pt.Number))}
+	for _, cidr := range src.cidrs {
+		if pfx, err := netip.ParsePrefix(cidr); err == nil && pfx.Addr().Is6() {
+			perm.Ipv6Ranges = append(perm.Ipv6Ranges, types.Ipv6Range{CidrIpv6: awssdk.String(cidr), Description: desc})
+		} else {
+			perm.IpRanges = append(perm.IpRanges, types.IpRange{CidrIp: awssdk.String(cidr), Description: desc})
+		}
+	}
+	if src.self {
+		perm.UserIdGroupPairs = []types.UserIdGroupPair{{GroupId: awssdk.String(id), Description: desc}}
+	}
 	err := p.call(ctx, "prepare", func(ctx context.Context) error {
 		_, e := c.AuthorizeSecurityGroupIngress(ctx, &ec2.AuthorizeSecurityGroupIngressInput{
-			GroupId: awssdk.String(id),
-			IpPermissions: []types.IpPermission{{IpProtocol: awssdk.String(pt.Protocol),
-				FromPort: awssdk.Int32(int32(pt.Number)), ToPort: awssdk.Int32(int32(pt.Number)),
-				IpRanges: []types.IpRange{{CidrIp: awssdk.String("0.0.0.0/0"), Description: awssdk.String("gpuprov " + pt.String())}}}},
-		})
+			GroupId: awssdk.String(id), IpPermissions: []types.IpPermission{perm}})
 		return e
 	})
 	if IsCode(err, "InvalidPermission.Duplicate") {
@@ -263,10 +332,7 @@ func (p *Provider) authorize(ctx context.Context, c *ec2.Client, id string, pt p
 // the create again.
 func (p *Provider) groupGone(region, id string, cause error) error {
 	p.groups.forget(region, id)
-	var pe *provider.Error
-	if errors.As(cause, &pe) && pe.Err != nil {
-		cause = pe.Err // already classified and masked: keep the API error, not its kind
-	}
+	cause = apiCause(cause) // already classified and masked: keep the API error, not its kind
 	p.log.Info("aws: security group gone at create", "provider", p.name, "region", region, "group", id)
 	return &provider.Error{Kind: provider.Transient, Op: "create", Provider: p.name,
 		Err: fmt.Errorf("security group %s in %s: %w: %w", id, region, provider.ErrSharedGone, cause)}
@@ -354,14 +420,9 @@ func (p *Provider) cleanupSharedIn(ctx context.Context, region string) []error {
 		case IsCode(err, "InvalidGroup.NotFound"):
 			p.groups.forget(region, id) // deleted since it was listed
 		case IsCode(err, "DependencyViolation"):
-			cause := err
-			var pe *provider.Error
-			if errors.As(err, &pe) && pe.Err != nil {
-				cause = pe.Err // already classified and masked: keep the API error, not its kind
-			}
 			errs = append(errs, &provider.Error{Kind: provider.Transient, Op: "cleanup", Provider: p.name,
 				Err: fmt.Errorf("security group %s (%s) in %s is %w by an instance or network interface: %w",
-					name, id, region, provider.ErrInUse, cause)})
+					name, id, region, provider.ErrInUse, apiCause(err))})
 		default:
 			errs = append(errs, err)
 		}

@@ -40,7 +40,7 @@ func TestConfigFromGoTOMLAndJSON(t *testing.T) {
 			Image: "projects/p/global/images/family/f", DiskSizeGB: 300, Refine: true,
 			PollInterval: 3 * time.Second, BootTimeout: 16 * time.Minute, DeleteTimeout: 6 * time.Minute,
 			ConsistencyWindow: 12 * time.Second, OperationTimeout: 3 * time.Minute, RequestTimeout: 40 * time.Second,
-			RequestsPerSecond: 8, Burst: 16},
+			RequestsPerSecond: 8, Burst: 16, SourceRanges: []string{"203.0.113.0/24", "198.51.100.7/32"}},
 		TOML: `
 project = "proj-config"
 regions = ["us-central1", "us-east4"]
@@ -60,12 +60,14 @@ operation_timeout = "3m"
 request_timeout = "40s"
 requests_per_second = 8
 burst = 16
+source_ranges = ["203.0.113.0/24", "198.51.100.7/32"]
 `,
 		JSON: `{"project": "proj-config", "regions": ["us-central1", "us-east4"], "zones": ["us-central1-a"],
 			"credentials_file": ` + quoted + `, "network": "gpu-net", "subnetwork": "gpu-subnet", "spot": true,
 			"image": "projects/p/global/images/family/f", "disk_size_gb": 300, "refine": true,
 			"poll_interval": "3s", "boot_timeout": "16m", "delete_timeout": "6m", "consistency_window": "12s",
-			"operation_timeout": "3m", "request_timeout": "40s", "requests_per_second": 8, "burst": 16}`,
+			"operation_timeout": "3m", "request_timeout": "40s", "requests_per_second": 8, "burst": 16,
+			"source_ranges": ["203.0.113.0/24", "198.51.100.7/32"]}`,
 		Settings: func(t *testing.T, p provider.CloudProvider) any { return p.(*Provider).cfg },
 	})
 }

@@ -40,8 +40,11 @@ func requestID(spec *provider.InstanceSpec) string {
 // provisioningModel SPOT and are deleted when preempted; N1 shapes attach
 // their GPUs as guestAccelerators. It then waits, bounded by
 // OperationTimeout, for the insert operation and reads its error codes:
-// ZONE_RESOURCE_POOL_EXHAUSTED is Capacity blocking the zone, QUOTA_EXCEEDED
-// Quota blocking the region (or the project for GPUS_ALL_REGIONS). An
+// ZONE_RESOURCE_POOL_EXHAUSTED is Capacity blocking the offer (that type in
+// that zone), QUOTA_EXCEEDED Quota blocking what its metric counts (the GPU
+// model's offers in the region, its Spot offers, the region, or the
+// project for GPUS_ALL_REGIONS; see quotaScope). The instance carries the
+// network tags Prepare's rules target. An
 // insert answered alreadyExists adopts the instance if it carries this
 // VM's labels. It returns the numeric instance id.
 //
@@ -112,6 +115,15 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	return id, nil
 }
 
+// tags are the instance's network tags: its own rule's, and the shared
+// rule's when Prepare made one.
+func tags(pr prepared) []string {
+	if pr.SharedTag == "" {
+		return []string{pr.Tag}
+	}
+	return []string{pr.Tag, pr.SharedTag}
+}
+
 // instance builds the insert body. The user-data holds a private host key:
 // it goes to the API and nowhere else.
 func (p *Provider) instance(offer *provider.Offer, d offerDetail, pr prepared, spec *provider.InstanceSpec) *computepb.Instance {
@@ -148,7 +160,7 @@ func (p *Provider) instance(offer *provider.Offer, d offerDetail, pr prepared, s
 		Name:        proto(provider.ResourceName(spec.VM)),
 		MachineType: proto("zones/" + zone + "/machineTypes/" + d.MachineType),
 		Labels:      spec.Labels(),
-		Tags:        &computepb.Tags{Items: []string{pr.Tag}},
+		Tags:        &computepb.Tags{Items: tags(pr)},
 		Metadata:    &computepb.Metadata{Items: meta},
 		Scheduling:  sched,
 		Disks: []*computepb.AttachedDisk{{

@@ -31,7 +31,7 @@ var updateDiscovery = flag.Bool("update-discovery", false,
 	"rewrite "+discoveryCopy+" from "+apiModule+"'s "+discoveryInMod)
 
 // discoveryMethods are the methods whose requests the check reads.
-var discoveryMethods = [][2]string{{"instances", "insert"}, {"firewalls", "insert"}, {"resourcePolicies", "insert"}}
+var discoveryMethods = [][2]string{{"instances", "insert"}, {"firewalls", "insert"}, {"firewalls", "update"}, {"resourcePolicies", "insert"}}
 
 // discoveryDoc is the part of a Google API Discovery document
 // (https://developers.google.com/discovery/v1/reference/apis) the check
@@ -122,7 +122,7 @@ func trimDiscovery(full []byte) ([]byte, error) {
 		"rootUrl", "servicePath", "documentationLink", "parameters"} {
 		out[k] = top[k]
 	}
-	resources := map[string]any{}
+	resources := map[string]map[string]map[string]json.RawMessage{} // resource → "methods" → method →
 	schemas := map[string]json.RawMessage{}
 	var todo []string
 	for _, rm := range discoveryMethods {
@@ -130,7 +130,10 @@ func trimDiscovery(full []byte) ([]byte, error) {
 		if raw == nil {
 			return nil, fmt.Errorf("no method %s.%s", rm[0], rm[1])
 		}
-		resources[rm[0]] = map[string]any{"methods": map[string]json.RawMessage{rm[1]: raw}}
+		if resources[rm[0]] == nil {
+			resources[rm[0]] = map[string]map[string]json.RawMessage{"methods": {}}
+		}
+		resources[rm[0]]["methods"][rm[1]] = raw
 		var m struct {
 			Request json.RawMessage `json:"request"`
 		}

@@ -16,6 +16,7 @@
 //	credentials_file = "/path/sa.json"       # default: Application Default Credentials
 //	network          = "default"             # and subnetwork
 //	spot             = true                  # offer Spot VMs to requests that accept spot
+//	source_ranges    = ["203.0.113.0/24"]    # who may connect; default anywhere
 //	image            = "projects/deeplearning-platform-release/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
 //	refine           = true                  # ask the API which zones offer each GPU
 //
@@ -30,9 +31,12 @@
 //	Plan      the embedded catalog (catalog.json: machine types, GPUs, prices per
 //	          region, zones); with refine, acceleratorTypes.aggregatedList, falling
 //	          back to the catalog's zones when it fails
-//	Prepare   firewalls.insert gpuprov-<vm> (INGRESS tcp:22 + open ports, target
-//	          tag gpuprov-<vm>; alreadyExists adopts) + globalOperations.get;
-//	          images.getFromFamily
+//	Prepare   firewalls.insert gpuprov-<vm> (INGRESS tcp:22 + open ports from the
+//	          sources, target tag gpuprov-<vm>) and, with restricted sources,
+//	          the installation's shared rule for the open ports (sourceTags =
+//	          targetTags = its name); alreadyExists → firewalls.get, and
+//	          firewalls.update when it admits other sources or ports;
+//	          globalOperations.get; images.getFromFamily
 //	Create    instances.insert (requestId, labels, tag, metadata user-data and
 //	          ssh-keys, scheduling, guestAccelerators for N1, resourcePolicies for a
 //	          compact cluster's node) + zoneOperations.get

@@ -47,7 +47,7 @@ var reasonKinds = map[string]provider.ErrorKind{
 // and its resource-availability troubleshooting page
 // (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability).
 var opCodeKinds = map[string]provider.ErrorKind{
-	"ZONE_RESOURCE_POOL_EXHAUSTED":              provider.Capacity, // zone scope: see classifyOp
+	"ZONE_RESOURCE_POOL_EXHAUSTED":              provider.Capacity, // the offer's type in the zone: see classifyOp
 	"ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS": provider.Capacity,
 	"QUOTA_EXCEEDED":                            provider.Quota,
 	"RESOURCE_OPERATION_RATE_EXCEEDED":          provider.Transient,
@@ -122,10 +122,12 @@ func operationError(op *computepb.Operation) *OperationError {
 
 // classifyOp maps a failed operation to a *provider.Error: a machine or
 // accelerator type the zone does not offer is Unavailable blocking the
-// zone, whatever the code; otherwise the first code with a known kind
-// decides; a zonal stockout blocks the zone; a quota on all regions (or a
-// global one) blocks the provider; RESOURCE_NOT_FOUND is decided by what
-// is missing (notFoundKind). Unknown codes are Failed.
+// offer, a zone the project may not use Unavailable blocking the zone,
+// whatever the code; otherwise the first code with a known kind decides; a
+// zonal stockout blocks the offer (that machine type in that zone, Spot or
+// not: the zone's other types are still tried); a quota blocks what its
+// metric counts (quotaScope); RESOURCE_NOT_FOUND is decided by what is
+// missing (notFoundKind). Unknown codes are Failed.
 func (p *Provider) classifyOp(op string, oe *OperationError) *provider.Error {
 	return p.seal(classifyOpError(p.name, op, oe))
 }
@@ -133,8 +135,8 @@ func (p *Provider) classifyOp(op string, oe *OperationError) *provider.Error {
 func classifyOpError(name, op string, oe *OperationError) *provider.Error {
 	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: name, Err: oe}
 	for _, m := range oe.Messages {
-		if notOfferedInZone(m) {
-			pe.Kind, pe.Block = provider.Unavailable, provider.ScopeZone
+		if scope, ok := notOfferedScope(m); ok {
+			pe.Kind, pe.Block = provider.Unavailable, scope
 			return pe
 		}
 	}
@@ -149,24 +151,45 @@ func classifyOpError(name, op string, oe *OperationError) *provider.Error {
 		}
 		break
 	}
-	switch pe.Kind {
-	case provider.Capacity:
-		if IsCode(oe, "ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS") {
-			pe.Block = provider.ScopeZone
-		}
-	case provider.Quota:
-		pe.Block = quotaScope(oe.QuotaMetric + " " + strings.Join(oe.Messages, " "))
+	if pe.Kind == provider.Quota {
+		pe.Block = quotaScope(oe.QuotaMetric, strings.Join(oe.Messages, " "))
 	}
 	return pe
 }
 
-// quotaScope: a quota named GPUS_ALL_REGIONS (or a global quota) blocks
-// every region of the project; a regional one ("... in region us-east4")
-// blocks the region.
-func quotaScope(text string) provider.Scope {
-	t := strings.ToUpper(text)
-	if strings.Contains(t, "ALL_REGIONS") || strings.Contains(t, "GLOBAL") {
+// quotaMetricRE reads the metric of Compute Engine's quota message ("Quota
+// 'NVIDIA_L4_GPUS' exceeded. Limit: 0.0 in region us-east4.").
+var quotaMetricRE = regexp.MustCompile(`Quota '([A-Za-z0-9_-]+)' exceeded`)
+
+// quotaScope is what a quota error blocks, by its metric (the operation's
+// QuotaExceededInfo metricName, "compute.googleapis.com/nvidia_l4_gpus", or
+// the one its message names) and text; "Allocation quotas" (Compute
+// Engine documentation, GPU quotas and preemptible quotas) and the
+// discovery document's Quota.metric enum name the metrics:
+//   - *_ALL_REGIONS (GPUS_ALL_REGIONS, CPUS_ALL_REGIONS) or a quota met
+//     "globally": every region of the project, the provider;
+//   - NVIDIA_<model>_GPUS and PREEMPTIBLE_NVIDIA_<model>_GPUS, one GPU
+//     model's quota in the region (standard, or Spot and preemptible): the
+//     offer's family (Offer.Family is its GPU model's quota metric),
+//     on-demand or Spot as the offer is;
+//   - any other PREEMPTIBLE_* metric (PREEMPTIBLE_CPUS): the region's
+//     Spot offers, whose VMs count against it, not its on-demand ones;
+//   - anything else (CPUS, A2_CPUS, IN_USE_ADDRESSES, …): the region.
+func quotaScope(metric, text string) provider.Scope {
+	m := strings.ToUpper(metric[strings.LastIndexByte(metric, '/')+1:])
+	if m == "" {
+		if sub := quotaMetricRE.FindStringSubmatch(text); sub != nil {
+			m = strings.ToUpper(sub[1])
+		}
+	}
+	m = strings.ReplaceAll(m, "-", "_")
+	switch {
+	case strings.Contains(m, "ALL_REGIONS") || strings.Contains(strings.ToUpper(text), "GLOBAL"):
 		return provider.ScopeProvider
+	case strings.HasPrefix(strings.TrimPrefix(m, "PREEMPTIBLE_"), "NVIDIA_") && strings.HasSuffix(m, "_GPUS"):
+		return provider.ScopeFamily
+	case strings.HasPrefix(m, "PREEMPTIBLE_"):
+		return provider.ScopeSpot
 	}
 	return provider.ScopeRegion
 }
@@ -254,11 +277,11 @@ func classifyError(name, op string, err error) *provider.Error {
 		return pe
 	}
 	pe.RetryAfter = f.retryAfter
-	switch {
-	case notOfferedInZone(f.message):
-		pe.Kind, pe.Block = provider.Unavailable, provider.ScopeZone
+	if scope, ok := notOfferedScope(f.message); ok {
+		pe.Kind, pe.Block = provider.Unavailable, scope
 		return pe
-	case f.status == http.StatusUnauthorized:
+	}
+	if f.status == http.StatusUnauthorized {
 		pe.Kind = provider.Credentials
 		return pe
 	}
@@ -266,10 +289,7 @@ func classifyError(name, op string, err error) *provider.Error {
 		if k, known := reasonKinds[r]; known {
 			pe.Kind = k
 			if k == provider.Quota {
-				pe.Block = quotaScope(f.message)
-			}
-			if k == provider.Capacity {
-				pe.Block = provider.ScopeZone
+				pe.Block = quotaScope("", f.message)
 			}
 			return pe
 		}
@@ -298,25 +318,42 @@ func classifyError(name, op string, err error) *provider.Error {
 // instances/create.py in google-cloud-sdk), the same for the field
 // 'resource.guestAccelerators[0].acceleratorType', or, for a type named by
 // its path, "The resource 'projects/p/zones/z/acceleratorTypes/nvidia-tesla-p4'
-// was not found". A zone the project may not use answers 403 "Location
-// us-east1-d is not found or access is unauthorized." (recorded in
-// skypilot-org/skypilot's GCP failover handler): another zone may work.
+// was not found". That type is not in that zone; the zone's other types
+// may be.
 var notOfferedRE = regexp.MustCompile(`(?i)invalid value for field 'resource\.(machineType|guestAccelerators\[\d+\]\.acceleratorType)'.*(does not exist|not found|not available|unavailable)` +
 	`|the resource '[^']*/zones/[^'/]+/(machineTypes|acceleratorTypes)/[^']*' was not found` +
-	`|(machine|accelerator) type (with name )?'[^']*' does not exist in zone` +
-	`|location [a-z0-9-]+ is not found or access is unauthorized`)
+	`|(machine|accelerator) type (with name )?'[^']*' does not exist in zone`)
+
+// zoneDeniedRE matches what Compute Engine answers for a zone the project
+// may not use: 403 "Location us-east1-d is not found or access is
+// unauthorized." (recorded in skypilot-org/skypilot's GCP failover
+// handler, which blocks the zone): no type can launch there, another zone
+// may work.
+var zoneDeniedRE = regexp.MustCompile(`(?i)location [a-z0-9-]+ is not found or access is unauthorized`)
 
 var projectNotFoundRE = regexp.MustCompile(`the resource 'projects/[^/']+' was not found`)
 
-// notOfferedInZone reports whether msg says the zone does not offer the
-// machine or accelerator type asked for: another zone may.
-func notOfferedInZone(msg string) bool { return notOfferedRE.MatchString(msg) }
+// notOfferedScope reports whether msg says the offer cannot launch where it
+// is asked for, and what to block: the offer for a machine or accelerator
+// type the zone does not offer, the zone for a zone the project may not
+// use.
+func notOfferedScope(msg string) (provider.Scope, bool) {
+	switch {
+	case notOfferedRE.MatchString(msg):
+		return provider.ScopeOffer, true
+	case zoneDeniedRE.MatchString(msg):
+		return provider.ScopeZone, true
+	}
+	return provider.ScopeDefault, false
+}
 
 // notFoundKind decides a 404 (or an operation's RESOURCE_NOT_FOUND) by
 // what was not found, so that nothing missing everywhere fails over
 // forever:
-//   - a machine or accelerator type, or a zone, that the location does not
-//     offer: Unavailable, blocking the zone (another zone may have it);
+//   - a machine or accelerator type that the zone does not offer:
+//     Unavailable, blocking the offer (the zone's other types, and other
+//     zones, may have theirs);
+//   - a location or zone: Unavailable, blocking the zone;
 //   - the configured subnetwork in a region: Failed, blocking the region
 //     (other regions may have a subnetwork of that name, no offer here can
 //     work);
@@ -326,9 +363,12 @@ func notOfferedInZone(msg string) bool { return notOfferedRE.MatchString(msg) }
 //     while being created): Failed, blocking the offer.
 func notFoundKind(msg string) (provider.ErrorKind, provider.Scope) {
 	m := strings.ToLower(msg)
+	if scope, ok := notOfferedScope(msg); ok {
+		return provider.Unavailable, scope
+	}
 	switch {
-	case notOfferedInZone(msg) || strings.Contains(m, "/machinetypes/") || strings.Contains(m, "/acceleratortypes/"):
-		return provider.Unavailable, provider.ScopeZone
+	case strings.Contains(m, "/machinetypes/") || strings.Contains(m, "/acceleratortypes/"):
+		return provider.Unavailable, provider.ScopeOffer
 	case strings.Contains(m, "/subnetworks/"):
 		return provider.Failed, provider.ScopeRegion
 	case strings.Contains(m, "/networks/") || strings.Contains(m, "/images/") || projectNotFoundRE.MatchString(m):

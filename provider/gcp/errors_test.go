@@ -18,7 +18,9 @@ import (
 
 // TestClassify is the table of synchronous errors: the documented reasons
 // (googleapi.Error.Errors[].Reason) and statuses, wrapped as the REST client
-// wraps them (an *apierror.APIError around a *googleapi.Error).
+// wraps them (an *apierror.APIError around a *googleapi.Error). References
+// as in docs/clouds/gcp.md: [errors] the v1 error catalog, [bulk]
+// "Troubleshooting bulk VM creation", [sky] SkyPilot's GCP failover handler.
 func TestClassify(t *testing.T) {
 	p := &Provider{name: "gcp"}
 	for _, tc := range []struct {
@@ -36,9 +38,20 @@ func TestClassify(t *testing.T) {
 		{502, "", "", provider.Transient, provider.ScopeOffer},
 		{400, "resourceNotReady", "", provider.Transient, provider.ScopeOffer},
 		{400, "resourceInUseByAnotherResource", "", provider.Transient, provider.ScopeOffer},
-		{403, "quotaExceeded", "Quota 'NVIDIA_H100_GPUS' exceeded. Limit: 8.0 in region us-east4.", provider.Quota, provider.ScopeRegion},
+		// Quotas ([bulk]: 403 quotaExceeded, "Quota 'X' exceeded. Limit: N in
+		// region R."; "Allocation quotas": one GPU quota per model and region,
+		// PREEMPTIBLE_* for Spot, GPUS_ALL_REGIONS for the project) block
+		// what the metric counts: the GPU model (the offer's family), Spot,
+		// the region or the provider.
+		{403, "quotaExceeded", "Quota 'NVIDIA_H100_GPUS' exceeded. Limit: 8.0 in region us-east4.", provider.Quota, provider.ScopeFamily},
+		{403, "quotaExceeded", "Quota 'PREEMPTIBLE_NVIDIA_L4_GPUS' exceeded. Limit: 0.0 in region us-central1.", provider.Quota, provider.ScopeFamily},
+		{403, "quotaExceeded", "Quota 'PREEMPTIBLE_CPUS' exceeded. Limit: 0.0 in region us-central1.", provider.Quota, provider.ScopeSpot},
+		{403, "quotaExceeded", "Quota 'CPUS' exceeded. Limit: 24.0 in region us-central1.", provider.Quota, provider.ScopeRegion},
 		{403, "quotaExceeded", "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally.", provider.Quota, provider.ScopeProvider},
-		{503, "insufficientCapacity", "", provider.Capacity, provider.ScopeZone},
+		// [bulk]: 503 insufficientCapacity, the zone lacks the resources of
+		// the request (its type); SkyPilot's GCP handler blocks that
+		// request's resources in the zone only.
+		{503, "insufficientCapacity", "", provider.Capacity, provider.ScopeOffer},
 		{401, "", "Request had invalid authentication credentials.", provider.Credentials, provider.ScopeProvider},
 		{403, "forbidden", "", provider.Credentials, provider.ScopeProvider},
 		{403, "insufficientPermissions", "", provider.Credentials, provider.ScopeProvider},
@@ -46,15 +59,18 @@ func TestClassify(t *testing.T) {
 		{400, "invalid", "", provider.InvalidRequest, provider.ScopeOffer},
 		{400, "required", "", provider.InvalidRequest, provider.ScopeOffer},
 		{400, "", "", provider.InvalidRequest, provider.ScopeOffer},
-		{404, "notFound", "The resource 'projects/p/zones/us-west4-a/acceleratorTypes/nvidia-l4' was not found", provider.Unavailable, provider.ScopeZone},
-		{404, "notFound", "The resource 'projects/p/zones/us-west4-a/machineTypes/a3-highgpu-8g' was not found", provider.Unavailable, provider.ScopeZone},
 		// A machine or accelerator type the zone does not offer is refused
 		// before any operation with 400 invalid; gcloud compute instances
 		// create matches this text (google-cloud-sdk lib/surface/compute/
-		// instances/create.py). Another zone may offer it.
-		{400, "invalid", "Invalid value for field 'resource.machineType': 'zones/us-central1-f/machineTypes/g2-standard-4'. Machine type with name 'g2-standard-4' does not exist in zone 'us-central1-f'.", provider.Unavailable, provider.ScopeZone},
-		{400, "invalid", "Invalid value for field 'resource.guestAccelerators[0].acceleratorType': 'zones/us-central1-f/acceleratorTypes/nvidia-tesla-v100'. Accelerator type 'nvidia-tesla-v100' does not exist in zone 'us-central1-f'.", provider.Unavailable, provider.ScopeZone},
-		{400, "badRequest", "The resource 'projects/p/zones/us-west1-b/acceleratorTypes/nvidia-tesla-p4' was not found", provider.Unavailable, provider.ScopeZone},
+		// instances/create.py). That type is not there: the offer is
+		// blocked, the zone's other types and other zones may launch.
+		{404, "notFound", "The resource 'projects/p/zones/us-west4-a/acceleratorTypes/nvidia-l4' was not found", provider.Unavailable, provider.ScopeOffer},
+		{404, "notFound", "The resource 'projects/p/zones/us-west4-a/machineTypes/a3-highgpu-8g' was not found", provider.Unavailable, provider.ScopeOffer},
+		{400, "invalid", "Invalid value for field 'resource.machineType': 'zones/us-central1-f/machineTypes/g2-standard-4'. Machine type with name 'g2-standard-4' does not exist in zone 'us-central1-f'.", provider.Unavailable, provider.ScopeOffer},
+		{400, "invalid", "Invalid value for field 'resource.guestAccelerators[0].acceleratorType': 'zones/us-central1-f/acceleratorTypes/nvidia-tesla-v100'. Accelerator type 'nvidia-tesla-v100' does not exist in zone 'us-central1-f'.", provider.Unavailable, provider.ScopeOffer},
+		{400, "badRequest", "The resource 'projects/p/zones/us-west1-b/acceleratorTypes/nvidia-tesla-p4' was not found", provider.Unavailable, provider.ScopeOffer},
+		// A zone the project may not use ([sky] records the text and blocks
+		// the zone): nothing launches there.
 		{403, "forbidden", "Location us-east1-d is not found or access is unauthorized.", provider.Unavailable, provider.ScopeZone},
 		// A malformed machine type is the request's fault: no zone helps.
 		{400, "invalid", "Invalid value for field 'resource.machineType': 'g2 standard'. Must be a match of regex '[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?'", provider.InvalidRequest, provider.ScopeOffer},
@@ -122,21 +138,31 @@ func TestClassifyOp(t *testing.T) {
 		kind                  provider.ErrorKind
 		scope                 provider.Scope
 	}{
-		{"ZONE_RESOURCE_POOL_EXHAUSTED", "", "", provider.Capacity, provider.ScopeZone},
-		{"ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "", "", provider.Capacity, provider.ScopeZone},
+		// "Troubleshooting resource availability errors": the zone lacks the
+		// resources to fulfil the request (its machine type, its GPUs);
+		// SkyPilot's FailoverCloudErrorHandlerV2._gcp_handler blocks that
+		// request's resources in that zone only. The offer is blocked.
+		{"ZONE_RESOURCE_POOL_EXHAUSTED", "The zone 'projects/p/zones/us-central1-a' does not have enough resources available to fulfill the request.  Try a different zone, or try again later.", "", provider.Capacity, provider.ScopeOffer},
+		{"ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "The zone 'projects/p/zones/us-central1-a' does not have enough resources available to fulfill the request.  '(resource type:compute)'.", "", provider.Capacity, provider.ScopeOffer},
 		{"UNSUPPORTED_OPERATION", "", "", provider.Capacity, provider.ScopeOffer},
-		{"UNSUPPORTED_OPERATION", "Machine type with name 'a2-highgpu-1g' does not exist in zone 'europe-west3-b'.", "", provider.Unavailable, provider.ScopeZone},
+		{"UNSUPPORTED_OPERATION", "Machine type with name 'a2-highgpu-1g' does not exist in zone 'europe-west3-b'.", "", provider.Unavailable, provider.ScopeOffer},
 		// RESOURCE_NOT_FOUND is never a stockout: by what is missing.
 		{"RESOURCE_NOT_FOUND", "The resource 'projects/p/regions/us-central1/subnetworks/gpu' was not found", "", provider.Failed, provider.ScopeRegion},
 		{"RESOURCE_NOT_FOUND", "The resource 'projects/p/global/networks/gpu-net' was not found", "", provider.InvalidRequest, provider.ScopeOffer},
 		{"RESOURCE_NOT_FOUND", "The resource 'projects/p/global/images/family/nope' was not found", "", provider.InvalidRequest, provider.ScopeOffer},
-		{"RESOURCE_NOT_FOUND", "The resource 'projects/p/zones/us-central1-a/acceleratorTypes/nvidia-l4' was not found", "", provider.Unavailable, provider.ScopeZone},
+		{"RESOURCE_NOT_FOUND", "The resource 'projects/p/zones/us-central1-a/acceleratorTypes/nvidia-l4' was not found", "", provider.Unavailable, provider.ScopeOffer},
 		{"RESOURCE_NOT_FOUND", "The resource 'projects/p/zones/us-central1-a/instances/gpuprov-x' was not found", "", provider.Failed, provider.ScopeOffer},
 		{"RESOURCE_NOT_FOUND", "", "", provider.Failed, provider.ScopeOffer},
 		{"MISSING_REQUIRED_FIELD", "Required field 'resource.disks[0]' not specified", "", provider.InvalidRequest, provider.ScopeOffer},
 		{"NETWORK_NOT_FOUND", "Network 'gpu-net' was not found in project 'p'", "", provider.InvalidRequest, provider.ScopeOffer},
 		{"PERMISSIONS_ERROR", "Required 'compute.instances.create' permission for 'projects/p/zones/z/instances/x'", "", provider.Credentials, provider.ScopeProvider},
+		// [errors] QUOTA_EXCEEDED, its metric in QuotaExceededInfo (the
+		// discovery document's Quota.metric names: CPUS, NVIDIA_L4_GPUS,
+		// PREEMPTIBLE_NVIDIA_L4_GPUS, PREEMPTIBLE_CPUS, GPUS_ALL_REGIONS).
 		{"QUOTA_EXCEEDED", "Quota 'CPUS' exceeded. Limit: 24.0 in region us-central1.", "compute.googleapis.com/cpus", provider.Quota, provider.ScopeRegion},
+		{"QUOTA_EXCEEDED", "Quota 'NVIDIA_L4_GPUS' exceeded. Limit: 0.0 in region us-east4.", "compute.googleapis.com/nvidia_l4_gpus", provider.Quota, provider.ScopeFamily},
+		{"QUOTA_EXCEEDED", "Quota 'PREEMPTIBLE_NVIDIA_L4_GPUS' exceeded. Limit: 0.0 in region us-east4.", "compute.googleapis.com/preemptible_nvidia_l4_gpus", provider.Quota, provider.ScopeFamily},
+		{"QUOTA_EXCEEDED", "Quota 'PREEMPTIBLE_CPUS' exceeded. Limit: 0.0 in region us-east4.", "compute.googleapis.com/preemptible_cpus", provider.Quota, provider.ScopeSpot},
 		{"QUOTA_EXCEEDED", "Quota exceeded", "compute.googleapis.com/gpus_all_regions", provider.Quota, provider.ScopeProvider},
 		{"RESOURCE_OPERATION_RATE_EXCEEDED", "", "", provider.Transient, provider.ScopeOffer},
 		{"RESOURCE_NOT_READY", "", "", provider.Transient, provider.ScopeOffer},

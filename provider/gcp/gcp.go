@@ -84,6 +84,13 @@ type Config struct {
 	RequestsPerSecond float64 `toml:"requests_per_second" json:"requests_per_second"`
 	// Burst is that bucket's size; zero means 20. Negative is an error.
 	Burst int `toml:"burst" json:"burst"`
+	// SourceRanges are the IPv4 networks (CIDRs) that may connect to SSH
+	// and the OpenPorts of a VM whose request names none; empty means
+	// provider.DefaultSourceRanges (anywhere). When they admit less than
+	// that, OpenPorts also admit the instances of the same shared firewall
+	// rule (a cluster's nodes on the network), SSH does not. IPv6 ranges are
+	// refused: the adapter's instances have IPv4 addresses only.
+	SourceRanges []string `toml:"source_ranges" json:"source_ranges"`
 }
 
 var (
@@ -118,6 +125,9 @@ func (c *Config) validate() error {
 	}
 	if c.Image != "" && !strings.HasPrefix(c.Image, "projects/") && !strings.HasPrefix(c.Image, "https://") {
 		return fmt.Errorf("image: %q: want projects/P/global/images/family/F or projects/P/global/images/I", c.Image)
+	}
+	if err := validateSources(c.SourceRanges); err != nil {
+		return fmt.Errorf("source_ranges: %w", err)
 	}
 	return nil
 }
@@ -178,13 +188,23 @@ func WithEndpoint(baseURL string, hc *http.Client) Option {
 	}
 }
 
-// withCatalog replaces the embedded catalog (tests).
-func withCatalog(c *catalog.Catalog) Option { return func(p *Provider) { p.catalog = c } }
-
 // New returns the provider of cfg. It validates cfg and builds the REST
 // clients; without WithEndpoint they authenticate with cfg.CredentialsFile
-// or Application Default Credentials.
+// or Application Default Credentials. Its errors start with "gcp: " and
+// name the config key at fault ("gcp: source_ranges: ..."); nothing is
+// created when one is returned.
 func New(cfg Config, opts ...Option) (*Provider, error) {
+	p, err := build(cfg, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("gcp: %w", err)
+	}
+	return p, nil
+}
+
+// build is New without the "gcp: " prefix, which provider.Build puts as
+// "provider gcp: " on what the registry's factory returns. Its errors name
+// the config key at fault; nothing is created when it returns one.
+func build(cfg Config, opts ...Option) (*Provider, error) {
 	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(p)
@@ -196,22 +216,22 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	if err := p.cfg.validate(); err != nil {
-		return nil, fmt.Errorf("gcp: %w", err)
+		return nil, err
 	}
 	if p.catalog == nil {
 		c, err := embeddedCatalog()
 		if err != nil {
-			return nil, fmt.Errorf("gcp: %w", err)
+			return nil, err
 		}
 		p.catalog = c
 	}
 	p.applyDefaults()
 	if err := p.clientOptions(); err != nil {
-		return nil, fmt.Errorf("gcp: %w", err)
+		return nil, err
 	}
 	if err := p.dial(context.Background()); err != nil {
 		p.Close()
-		return nil, fmt.Errorf("gcp: %w", err)
+		return nil, err
 	}
 	return p, nil
 }

@@ -271,3 +271,33 @@ func TestRequestIDDerivedFromNonUUIDToken(t *testing.T) {
 		t.Fatalf("%d instances after a replay", len(c.live()))
 	}
 }
+
+// Every offer names its GPU model's regional quota metric (Offer.Family),
+// which a QUOTA_EXCEEDED on that metric, or on its PREEMPTIBLE_ twin for
+// Spot, blocks: "Allocation quotas" (GPU quota, one per model and region)
+// and the discovery document's Quota.metric enum (NVIDIA_L4_GPUS,
+// NVIDIA_A100_GPUS, NVIDIA_T4_GPUS, NVIDIA_V100_GPUS, NVIDIA_P100_GPUS,
+// NVIDIA_P4_GPUS; the H100 ones are the Quotas page's). No catalog shape is
+// left without one.
+func TestPlanNamesTheGPUQuota(t *testing.T) {
+	c, mt := newCloud(t)
+	p := c.provider(t, mt, gcp.Config{Spot: true})
+	want := map[string]string{"L4": "NVIDIA_L4_GPUS", "A100-40GB": "NVIDIA_A100_GPUS", "H100-80GB": "NVIDIA_H100_GPUS",
+		"T4": "NVIDIA_T4_GPUS", "V100": "NVIDIA_V100_GPUS", "P100": "NVIDIA_P100_GPUS", "P4": "NVIDIA_P4_GPUS"}
+	offers, err := p.Plan(context.Background(), &provider.ResourceRequest{Spot: provider.SpotOrOnDemand})
+	if err != nil || len(offers) == 0 {
+		t.Fatalf("plan: %d offers, %v", len(offers), err)
+	}
+	for _, o := range offers {
+		f := o.Family
+		if o.InstanceType == "a3-megagpu-8g" {
+			if f != "NVIDIA_H100_MEGA_GPUS" {
+				t.Fatalf("%s: family %q, want NVIDIA_H100_MEGA_GPUS", o.Key(), f)
+			}
+			continue
+		}
+		if w, ok := want[o.GPU]; !ok || f != w {
+			t.Fatalf("%s (%s): family %q, want %q", o.Key(), o.GPU, f, w)
+		}
+	}
+}

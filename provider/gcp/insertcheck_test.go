@@ -27,6 +27,11 @@ type violation struct {
 
 func (v violation) String() string { return v.Path + ": " + v.Problem }
 
+// sameBody maps a method to the one whose body rules it shares: both take
+// the same resource (firewalls.update replaces a rule with a Firewall, as
+// firewalls.insert makes one).
+var sameBody = map[string]string{"compute.firewalls.update": "compute.firewalls.insert"}
+
 // checkRequest checks one request of method m: its query parameters
 // against the method's parameters, its body against the request schema
 // (every field known, of the schema's JSON type and format, enums, patterns,
@@ -64,7 +69,7 @@ func (d *discoveryDoc) checkRequest(m *discoveryMethod, query url.Values, body [
 	out = append(out, d.walk(m.ID, v, m.Request, "resource")...)
 	if obj, ok := v.(map[string]any); ok {
 		for _, r := range bodyRules {
-			if r.Method == m.ID {
+			if r.Method == m.ID || sameBody[m.ID] == r.Method {
 				for _, p := range r.Check(obj) {
 					out = append(out, violation{p.Path, p.Problem + " (" + r.Name + ": " + r.Source + ")"})
 				}
@@ -474,8 +479,8 @@ var bodyRules = []bodyRule{
 			}
 			return out
 		}},
-	{"compute.firewalls.insert", "source ranges and target tags", srcDiscovery + ` Firewall.sourceRanges ("These ranges must be expressed in CIDR format"), ` +
-		`Tags.items ("Each tag must be 1-63 characters long, and comply with RFC1035"; a rule's targetTags name instance tags)`,
+	{"compute.firewalls.insert", "source ranges and tags", srcDiscovery + ` Firewall.sourceRanges ("These ranges must be expressed in CIDR format"), ` +
+		`Tags.items ("Each tag must be 1-63 characters long, and comply with RFC1035"; a rule's targetTags and sourceTags name instance tags)`,
 		func(b map[string]any) []violation {
 			var out []violation
 			for i, r := range list(b, "sourceRanges") {
@@ -484,10 +489,18 @@ var bodyRules = []bodyRule{
 				}
 			}
 			tagRE := regexp.MustCompile(`^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$`)
-			for i, tg := range list(b, "targetTags") {
-				if s, _ := tg.(string); !tagRE.MatchString(s) {
-					out = append(out, violation{fmt.Sprintf("resource.targetTags[%d]", i), fmt.Sprintf("%q is not an RFC1035 tag", s)})
+			for _, field := range []string{"targetTags", "sourceTags"} {
+				for i, tg := range list(b, field) {
+					if s, _ := tg.(string); !tagRE.MatchString(s) {
+						out = append(out, violation{fmt.Sprintf("resource.%s[%d]", field, i), fmt.Sprintf("%q is not an RFC1035 tag", s)})
+					}
 				}
+			}
+			// "One or both of sourceRanges and sourceTags may be set"
+			// (Firewall.sourceRanges, sourceTags); an INGRESS rule with
+			// neither is not one gpuprov means to send.
+			if str(b, "direction") != "EGRESS" && len(list(b, "sourceRanges")) == 0 && len(list(b, "sourceTags")) == 0 {
+				out = append(out, violation{"resource.sourceRanges", "an INGRESS rule with neither sourceRanges nor sourceTags"})
 			}
 			if str(b, "direction") == "EGRESS" && len(list(b, "sourceTags")) > 0 {
 				out = append(out, violation{"resource.sourceTags", "EGRESS rules cannot name sourceTags (Firewall.direction)"})

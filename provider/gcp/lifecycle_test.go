@@ -28,8 +28,11 @@ func prepareAndOffer(t *testing.T, p *gcp.Provider, spec *provider.InstanceSpec,
 
 // An insert whose operation ends in ZONE_RESOURCE_POOL_EXHAUSTED returns no
 // error itself; the code is read from the operation after Wait, and is
-// Capacity blocking the zone. QUOTA_EXCEEDED is Quota blocking the region,
-// or the whole project for GPUS_ALL_REGIONS.
+// Capacity blocking the offer ("Troubleshooting resource availability
+// errors": the zone lacks the resources of this request; SkyPilot's GCP
+// handler blocks the request's resources in the zone). QUOTA_EXCEEDED is
+// Quota blocking what its metric counts: the GPU model's offers in the
+// region (NVIDIA_L4_GPUS), or the whole project for GPUS_ALL_REGIONS.
 func TestCreateOperationErrors(t *testing.T) {
 	for _, tc := range []struct {
 		fault opFault
@@ -37,11 +40,11 @@ func TestCreateOperationErrors(t *testing.T) {
 		scope provider.Scope
 	}{
 		{opFault{Code: "ZONE_RESOURCE_POOL_EXHAUSTED", Message: "The zone 'projects/p/zones/us-central1-a' does not have enough resources", HTTP: 503},
-			provider.Capacity, provider.ScopeZone},
+			provider.Capacity, provider.ScopeOffer},
 		{opFault{Code: "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", Message: "A g2-standard-8 VM instance is currently unavailable", HTTP: 503},
-			provider.Capacity, provider.ScopeZone},
+			provider.Capacity, provider.ScopeOffer},
 		{opFault{Code: "QUOTA_EXCEEDED", Message: "Quota 'NVIDIA_L4_GPUS' exceeded. Limit: 0.0 in region us-central1.", QuotaMetric: "compute.googleapis.com/nvidia_l4_gpus", HTTP: 403},
-			provider.Quota, provider.ScopeRegion},
+			provider.Quota, provider.ScopeFamily},
 		{opFault{Code: "QUOTA_EXCEEDED", Message: "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally.", QuotaMetric: "compute.googleapis.com/gpus_all_regions", HTTP: 403},
 			provider.Quota, provider.ScopeProvider},
 		{opFault{Code: "RESOURCE_OPERATION_RATE_EXCEEDED", HTTP: 503}, provider.Transient, provider.ScopeOffer},
@@ -107,8 +110,9 @@ func TestCreateSyncErrors(t *testing.T) {
 // before any operation with HTTP 400, reason invalid, "Invalid value for
 // field 'resource.machineType': '…'. Machine type with name '…' does not
 // exist in zone '…'." (troubleshooting-vm-creation; gcloud compute instances
-// create matches the text). It is Unavailable blocking the zone, so the
-// launch moves on to the next zone, not InvalidRequest aborting it.
+// create matches the text). It is Unavailable blocking the offer (that
+// type in that zone), so the launch moves on, not InvalidRequest aborting
+// it.
 func TestCreateTypeNotOfferedInZone(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -134,7 +138,7 @@ func TestCreateTypeNotOfferedInZone(t *testing.T) {
 			c.notOffered["us-central1-a/"+tc.unoff] = true
 			_, err = p.Create(context.Background(), &o, prep, spec)
 			pe := kindOf(t, err, provider.Unavailable)
-			if pe.Scope() != provider.ScopeZone || !strings.Contains(err.Error(), "Invalid value for field '"+tc.field+"'") ||
+			if pe.Scope() != provider.ScopeOffer || !strings.Contains(err.Error(), "Invalid value for field '"+tc.field+"'") ||
 				!strings.Contains(err.Error(), "does not exist in zone 'us-central1-a'") {
 				t.Fatalf("scope %s, error %v", pe.Scope(), err)
 			}

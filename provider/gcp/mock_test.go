@@ -47,8 +47,8 @@ type apiFault struct {
 }
 
 // cloud is a small stateful fake of the Compute Engine API: instances
-// inserted are listed, read and deleted; firewalls are inserted and
-// deleted; resource policies are inserted, read and deleted, and refused
+// inserted are listed, read and deleted; firewalls are inserted, read,
+// replaced and deleted; resource policies are inserted, read and deleted, and refused
 // deletion while an instance names them; every mutation returns an
 // operation that the operations endpoints serve. It runs behind an
 // httpmock transport.
@@ -160,6 +160,14 @@ func (c *cloud) serve(req *http.Request) (*http.Response, error) {
 	switch p := parts[1:]; {
 	case req.Method == "POST" && len(p) == 2 && p[0] == "global" && p[1] == "firewalls":
 		return c.insertFirewall(body), nil
+	case req.Method == "GET" && len(p) == 3 && p[0] == "global" && p[1] == "firewalls":
+		fw, ok := c.firewalls[p[2]]
+		if !ok {
+			return apiErr(404, "notFound", fmt.Sprintf("The resource 'projects/%s/global/firewalls/%s' was not found", project, p[2])), nil
+		}
+		return msg(fw), nil
+	case req.Method == "PUT" && len(p) == 3 && p[0] == "global" && p[1] == "firewalls":
+		return c.updateFirewall(p[2], body), nil
 	case req.Method == "DELETE" && len(p) == 3 && p[1] == "firewalls":
 		if _, ok := c.firewalls[p[2]]; !ok {
 			return apiErr(404, "notFound", fmt.Sprintf("The resource 'projects/%s/global/firewalls/%s' was not found", project, p[2])), nil
@@ -205,6 +213,25 @@ func (c *cloud) insertFirewall(body []byte) *http.Response {
 	}
 	c.firewalls[fw.GetName()] = &fw
 	return msg(c.newOp("", "insert", 0, nil))
+}
+
+// updateFirewall serves firewalls.update (PUT global/firewalls/{firewall}):
+// the body replaces the rule whole, its name must stay (the discovery
+// document's firewalls.update: "all fields will be updated if using PUT,
+// even fields that are not specified").
+func (c *cloud) updateFirewall(name string, body []byte) *http.Response {
+	if _, ok := c.firewalls[name]; !ok {
+		return apiErr(404, "notFound", fmt.Sprintf("The resource 'projects/%s/global/firewalls/%s' was not found", project, name))
+	}
+	var fw computepb.Firewall
+	if err := protojson.Unmarshal(body, &fw); err != nil {
+		return apiErr(400, "invalid", err.Error())
+	}
+	if fw.GetName() != name {
+		return apiErr(400, "invalid", fmt.Sprintf("Invalid value for field 'resource.name': '%s'. The name cannot be changed.", fw.GetName()))
+	}
+	c.firewalls[name] = &fw
+	return msg(c.newOp("", "update", 0, nil))
 }
 
 func (c *cloud) zoneInstances(req *http.Request, zone string, rest []string, body []byte) *http.Response {
@@ -444,6 +471,17 @@ func (c *cloud) live() []*computepb.Instance {
 		}
 	}
 	return out
+}
+
+// firewall returns a copy of the rule name, or nil.
+func (c *cloud) firewall(name string) *computepb.Firewall {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fw, ok := c.firewalls[name]
+	if !ok {
+		return nil
+	}
+	return proto.Clone(fw).(*computepb.Firewall)
 }
 
 func (c *cloud) firewallNames() []string {

@@ -86,6 +86,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 						InstanceType: m.InstanceType(), GPU: m.GPU, GPUCount: m.GPUCount, GPUMemoryGB: m.GPUMemoryGB,
 						VCPUs: m.VCPUs, MemoryGB: m.MemoryGB, PricePerHour: price, Spot: spot, Detail: detail,
 						DiskGB: p.cfg.DiskSizeGB, // the configured boot disk; Create makes it as large as the request's
+						Family: gpuQuotaMetric[m.AcceleratorType],
 					}
 					if r.Accepts(&o) {
 						offers = append(offers, o)
@@ -99,6 +100,27 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 			cmp.Compare(a.Location.Zone, b.Location.Zone), strings.Compare(a.InstanceType, b.InstanceType))
 	})
 	return offers, nil
+}
+
+// gpuQuotaMetric maps an accelerator type to the regional quota metric that
+// counts its GPUs, Offer.Family: a QUOTA_EXCEEDED on that metric (or on its
+// PREEMPTIBLE_ twin, for Spot) blocks that GPU model's offers in the region
+// and no other (quotaScope). The names are those of "Allocation quotas"
+// (Compute Engine documentation, GPU quota: one quota per GPU model and
+// region) and of the discovery document's Quota.metric enum (NVIDIA_L4_GPUS,
+// NVIDIA_A100_GPUS, NVIDIA_A100_80GB_GPUS, NVIDIA_T4_GPUS, …); the H100
+// metrics, which that enum does not list, are the ones the Quotas page
+// shows for A3 High and A3 Mega.
+var gpuQuotaMetric = map[string]string{
+	"nvidia-l4":             "NVIDIA_L4_GPUS",
+	"nvidia-tesla-a100":     "NVIDIA_A100_GPUS",
+	"nvidia-a100-80gb":      "NVIDIA_A100_80GB_GPUS",
+	"nvidia-h100-80gb":      "NVIDIA_H100_GPUS",
+	"nvidia-h100-mega-80gb": "NVIDIA_H100_MEGA_GPUS",
+	"nvidia-tesla-t4":       "NVIDIA_T4_GPUS",
+	"nvidia-tesla-v100":     "NVIDIA_V100_GPUS",
+	"nvidia-tesla-p100":     "NVIDIA_P100_GPUS",
+	"nvidia-tesla-p4":       "NVIDIA_P4_GPUS",
 }
 
 // allowedRegions is the configured regions plus the regions of the

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 
 	compute "cloud.google.com/go/compute/apiv1"
@@ -19,15 +16,23 @@ import (
 type prepared struct {
 	Firewall string `json:"firewall"`
 	Tag      string `json:"tag"`
-	Network  string `json:"network"`
-	Image    string `json:"image"`
+	// SharedTag is the network tag of the installation's shared rule that
+	// admits the VM's OpenPorts from its restricted sources and from its
+	// peers (firewall.go); empty when the VM needs none.
+	SharedTag string `json:"shared_tag,omitempty"`
+	Network   string `json:"network"`
+	Image     string `json:"image"`
 }
 
-// Prepare makes the VM's firewall rule gpuprov-<vm> on the network (INGRESS
-// tcp:22 plus spec.OpenPorts, from anywhere, to instances tagged
-// gpuprov-<vm>) and resolves the boot image (an image family to its
-// current image). A rule that already exists is adopted, so Prepare is
-// idempotent. Firewall rules are global: one rule serves the VM in every
+// Prepare makes the VM's firewall rules on the network (firewall.go): its
+// own rule gpuprov-<vm> (INGRESS tcp:22, and spec.OpenPorts unless its
+// sources are restricted, from its sources, to instances tagged
+// gpuprov-<vm>) and, when its sources are restricted and it opens ports,
+// the installation's shared rule that admits those ports from the sources
+// and from the instances of the same rule. It resolves the boot image (an
+// image family to its current image). A rule that already exists is
+// adopted, and replaced when it admits other sources or ports, so Prepare
+// is idempotent. Firewall rules are global: one rule serves the VM in every
 // zone. SSH keys go in the instance's own metadata at Create, never in
 // project metadata. With spec.PlacementGroup, an offer whose machine series
 // takes no compact placement policy (N1) is refused as Unavailable before
@@ -41,71 +46,32 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 			}
 		}
 	}
-	name := provider.ResourceName(spec.VM)
-	fw := &computepb.Firewall{
-		Name:         proto(name),
-		Network:      proto(p.networkPath()),
-		Direction:    proto("INGRESS"),
-		Allowed:      allowed(spec.OpenPorts),
-		SourceRanges: []string{"0.0.0.0/0"},
-		TargetTags:   []string{name},
-		Description:  proto(fmt.Sprintf("gpuprov VM %s, installation %s", spec.VM, spec.Installation)),
+	own, shared, err := p.firewallRules(spec)
+	if err != nil {
+		return nil, err
 	}
-	cctx, cancel := p.call(ctx)
-	op, err := p.firewalls.Insert(cctx, &computepb.InsertFirewallRequest{Project: p.cfg.Project, FirewallResource: fw}, noRetry)
-	cancel()
-	switch {
-	case err != nil && isAlreadyExists(err):
-		p.log.Debug("gcp: firewall exists; adopted", "provider", p.name, "vm", spec.VM, "firewall", name)
-	case err != nil:
-		return nil, p.classify("prepare", err)
-	default:
-		oe, werr := p.wait(ctx, op)
-		if oe != nil && !IsCode(oe, "RESOURCE_ALREADY_EXISTS") {
-			return nil, p.classifyOp("prepare", oe)
+	pr := prepared{Firewall: own.GetName(), Tag: own.GetName(), Network: p.networkPath()}
+	if err := p.ensureFirewall(ctx, own); err != nil {
+		return nil, err
+	}
+	if shared != nil {
+		if err := p.ensureFirewall(ctx, shared); err != nil {
+			return nil, err
 		}
-		if oe == nil && werr != nil && !p.stillRunning(ctx, werr) {
-			return nil, p.classify("prepare", werr)
-		}
+		pr.SharedTag = shared.GetName()
 	}
 	image := spec.Image
 	if image == "" {
 		image = p.cfg.Image
 	}
-	img, err := p.resolveImage(ctx, image)
-	if err != nil {
+	if pr.Image, err = p.resolveImage(ctx, image); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(prepared{Firewall: name, Tag: name, Network: p.networkPath(), Image: img})
+	b, err := json.Marshal(pr)
 	if err != nil {
 		return nil, p.errorf(provider.Failed, "prepare", "encode: %w", err)
 	}
 	return b, nil
-}
-
-// allowed renders tcp:22 and the extra ports, grouped by protocol.
-func allowed(ports []provider.Port) []*computepb.Allowed {
-	byProto := map[string][]string{"tcp": {"22"}}
-	for _, pt := range ports {
-		pr := strings.ToLower(pt.Protocol)
-		if pr == "" {
-			pr = "tcp"
-		}
-		n := strconv.Itoa(pt.Number)
-		if !slices.Contains(byProto[pr], n) {
-			byProto[pr] = append(byProto[pr], n)
-		}
-	}
-	protos := make([]string, 0, len(byProto))
-	for k := range byProto {
-		protos = append(protos, k)
-	}
-	slices.Sort(protos)
-	out := make([]*computepb.Allowed, 0, len(protos))
-	for _, k := range protos {
-		out = append(out, &computepb.Allowed{IPProtocol: proto(k), Ports: byProto[k]})
-	}
-	return out
 }
 
 // networkPath renders Config.Network as a resource path.

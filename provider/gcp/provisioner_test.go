@@ -3,7 +3,6 @@ package gcp_test
 import (
 	"context"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,9 +16,10 @@ import (
 )
 
 // A launch meets ZONE_RESOURCE_POOL_EXHAUSTED in the cheapest zone
-// (us-east4-a), QUOTA_EXCEEDED in the next zone of that region
-// (us-east4-c), and succeeds in the next region (us-central1-a). The
-// journal shows the three attempts, the zone and region blocks and the
+// (us-east4-a), QUOTA_EXCEEDED on NVIDIA_L4_GPUS in the next zone of that
+// region (us-east4-c), and succeeds in the next region (us-central1-a). The
+// journal shows the three attempts, the blocks of the stocked-out offer and
+// of us-east4's L4 offers (the quota counts that GPU model there), and the
 // teardowns; deleting the VM leaves nothing on the mock cloud.
 func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 	ctx := context.Background()
@@ -66,8 +66,8 @@ func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 	for _, b := range blocks {
 		scopes[b.Scope] = b.Key + " " + b.ErrorKind
 	}
-	if len(blocks) != 2 || !strings.Contains(scopes["zone"], "us-east4-a") || !strings.Contains(scopes["zone"], "capacity") ||
-		!strings.Contains(scopes["region"], "us-east4") || !strings.Contains(scopes["region"], "quota") {
+	if len(blocks) != 2 || scopes["offer"] != "offer:gcp|us-east4|us-east4-a|g2-standard-4|od capacity" ||
+		scopes["family"] != "family:gcp|us-east4|NVIDIA_L4_GPUS|od quota" {
 		t.Fatalf("blocks %+v", blocks)
 	}
 	var types []string
@@ -109,7 +109,7 @@ func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 
 // The cheapest zone does not offer the cheapest L4 machine type: the insert
 // is refused with 400 invalid "… does not exist in zone …". The launch
-// blocks that zone and succeeds in the next one, instead of aborting.
+// blocks that offer and succeeds elsewhere, instead of aborting.
 func TestProvisionerMovesOnWhenTheZoneLacksTheMachineType(t *testing.T) {
 	ctx := context.Background()
 	c, mt := newCloud(t)
@@ -146,7 +146,7 @@ func TestProvisionerMovesOnWhenTheZoneLacksTheMachineType(t *testing.T) {
 		t.Fatalf("attempts %+v (%v)", as, err)
 	}
 	blocks, err := j.Blocks(ctx, clk.Now())
-	if err != nil || len(blocks) != 1 || blocks[0].Scope != "zone" || !strings.Contains(blocks[0].Key, first.Location.Zone) {
+	if err != nil || len(blocks) != 1 || blocks[0].Scope != "offer" || blocks[0].Key != "offer:"+first.Key() {
 		t.Fatalf("blocks %+v (%v)", blocks, err)
 	}
 	if err := prov.Delete(ctx, "zonal"); err != nil {
