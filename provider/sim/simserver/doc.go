@@ -95,8 +95,14 @@
 // generated) and ssh_authorized_keys, with the keys of the ssh_key resource
 // the create names, may log in, as any user name. The SSH server starts
 // when the instance turns running, in a sandbox folder under the state
-// folder (Server.SandboxDir) whose bin/ is first on PATH, and stops when the
-// instance is deleted, preempted or fails.
+// folder (Server.SandboxDir: <state-dir>/<cloud>/<instance-id>, the state
+// dir being Options.StateDir, else Options.StateFile + ".d", else a
+// temporary folder) whose bin/ is first on PATH, and stops when the
+// instance is deleted, preempted or fails. Commands run with `sh -c` in
+// that folder (also HOME), as the server process's own OS user, whatever
+// the login name; Options.SandboxEnv is added to their environment. The
+// k3s emulation (package k3semu) installs its tools there; its package
+// comment says where k3s and its kubeconfig are and how to run kubectl.
 //
 // # Errors
 //

@@ -22,6 +22,37 @@
 // "GPUPROV_ROOT=<dir>" to the environment it builds in newSSH; the
 // relative form makes that unnecessary.)
 //
+// # Where k3s and kubectl are
+//
+// R below is the root prefix: the instance's sandbox folder,
+// simserver.Server.SandboxDir(cloud, instanceID), which is
+// <state-dir>/<cloud>/<instance-id> (the state dir is Options.StateDir,
+// else Options.StateFile + ".d", else a temporary folder that Close
+// removes; `gpuprov sim serve` uses its --state file, by default
+// $XDG_STATE_HOME/gpuprov/sim/state.json, so .../sim/state.json.d/sim-a/i-...).
+// The instance's SSH commands run with R as their working folder and HOME,
+// GPUPROV_ROOT=".", and PATH = R/bin, then the sim server's own PATH.
+//
+// Once the k3s package's install step has run, the emulated k3s binary is
+// R/usr/local/bin/k3s on every node and the cluster's kubeconfig is
+// R/etc/rancher/k3s/k3s.yaml on the server node. R/usr/local/bin is not on
+// PATH, so a bare `k3s` is not found, and there is no kubectl command: the
+// emulated install script makes no kubectl link, and a bare `kubectl`
+// runs whatever the host machine has on its PATH, if anything. Run kubectl
+// as k3s's subcommand, on the server node (gpuprov.Cluster.Server), from
+// the login folder, as `gpuprov demo` does (prov is a *gpuprov.Provisioner):
+//
+//	res, err := prov.Run(ctx, cl.Server, `"${GPUPROV_ROOT:-}/usr/local/bin/k3s" kubectl get nodes`)
+//
+// or `gpuprov ssh SERVER -- '"${GPUPROV_ROOT:-}/usr/local/bin/k3s" kubectl
+// get nodes'`. The same string runs /usr/local/bin/k3s on a real machine,
+// where GPUPROV_ROOT is unset (there the kubeconfig is written 0600, so
+// log in as root or put `sudo -n` first). A relative path
+// (usr/local/bin/k3s) works too, but only while the working folder is R.
+// On an agent node the command fails like k3s without a local server: "The
+// connection to the server 127.0.0.1:6443 was refused". Only `kubectl get
+// nodes` and the k3s package's readiness query are answered (see below).
+//
 // # What is real
 //
 // SSH, the shell, every file the k3s package writes (config.yaml 0600,
