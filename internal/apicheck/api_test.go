@@ -388,3 +388,36 @@ func exampleFuncs(f *ast.File) []string {
 	}
 	return names
 }
+
+// TestKitsStayBelowTheEngine fails when the contract's test kit
+// (provider/providertest) or a package under the module's internal/ depends, however
+// indirectly, on the root package or on the journal: those sit above the
+// provider contract (DESIGN.md's dependency direction), and the helpers
+// that drive a whole Provisioner or read what it journaled live in
+// gpuprovtest.
+func TestKitsStayBelowTheEngine(t *testing.T) {
+	m, err := goList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	above := []string{m.path, m.path + "/journal"}
+	checked := 0
+	for _, p := range m.pkgs {
+		if !strings.HasPrefix(p.ImportPath, m.path+"/internal/") && p.ImportPath != m.path+"/provider/providertest" {
+			continue // journal/internal belongs to the journal
+		}
+		out, err := goCmd(p.Dir, "list", "-deps", ".")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked++
+		for _, dep := range strings.Fields(out) {
+			if slices.Contains(above, dep) || strings.HasPrefix(dep, m.path+"/journal/") {
+				t.Errorf("%s depends on %s, above the provider contract: move what needs it to gpuprovtest", p.ImportPath, dep)
+			}
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("checked %d packages; the list of kits is wrong", checked)
+	}
+}

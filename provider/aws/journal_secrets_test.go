@@ -11,7 +11,7 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
-	"github.com/org/gpuprov/internal/rest/resttest"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/aws"
 )
@@ -48,7 +48,7 @@ func TestJournalNeverHoldsTheCredentials(t *testing.T) {
 		}
 		return echo(http.StatusUnauthorized, "AuthFailure")(r)
 	})}
-	l := resttest.LaunchEchoed(t, clk, func(inst string) provider.CloudProvider {
+	l := gpuprovtest.LaunchEchoed(t, clk, func(inst string) provider.CloudProvider {
 		p, err := aws.New(aws.Config{Regions: []string{"us-east-1"}, RequestsPerSecond: 1000},
 			aws.WithInstallation(inst), aws.WithEndpoint(e), aws.WithClock(clk))
 		if err != nil {
@@ -60,5 +60,5 @@ func TestJournalNeverHoldsTheCredentials(t *testing.T) {
 	if runs.Load() < 2 {
 		t.Fatalf("%d RunInstances reached the echo, want the 500 and the 401", runs.Load())
 	}
-	resttest.LaunchLeaks(t, map[string]string{"secret access key": echoSecret, "session token": echoToken}, l)
+	gpuprovtest.LaunchLeaks(t, map[string]string{"secret access key": echoSecret, "session token": echoToken}, l)
 }

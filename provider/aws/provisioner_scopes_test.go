@@ -9,10 +9,10 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/aws"
-	pt "github.com/org/gpuprov/provider/providertest"
 )
 
 // newFakeProvisioner returns a Provisioner with the SQLite journal and the
@@ -43,7 +43,7 @@ func newFakeProvisioner(t *testing.T, f *fakeEC2, clk *clock.Fake, cfg aws.Confi
 
 // attemptsOf returns vm's attempts as "<offer key> <error kind>", in
 // order (a failover in place, to the same location, skips Cleanup, so
-// pt.CheckAttempts does not fit).
+// gpuprovtest.CheckAttempts does not fit).
 func attemptsOf(t *testing.T, db *sqlite.DB, vm string) []string {
 	t.Helper()
 	as, err := db.Attempts(context.Background(), vm)
@@ -161,7 +161,7 @@ func TestProvisionerQuotaBlocksOnlyItsBucket(t *testing.T) {
 		if big.Location.Region != "us-west-2" {
 			t.Fatalf("P instance in %s, want us-west-2", big.Location)
 		}
-		pt.CheckAttempts(t, db, "big", pt.Attempt{Region: "us-east-1", Kind: "quota"}, pt.Attempt{Region: "us-west-2"})
+		gpuprovtest.CheckAttempts(t, db, "big", gpuprovtest.Attempt{Region: "us-east-1", Kind: "quota"}, gpuprovtest.Attempt{Region: "us-west-2"})
 		if got, want := blockKeys(t, db, clk.Now()), []string{"family:aws|us-east-1|P|od"}; !slices.Equal(got, want) {
 			t.Fatalf("blocks %v, want %v", got, want)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
@@ -74,8 +75,8 @@ func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 	}
 
 	// The journal: three attempts, the first two torn down with their kinds.
-	as := pt.CheckAttempts(t, db, "train", pt.Attempt{Zone: "use1-az1", Kind: "capacity"}, pt.Attempt{Zone: "use1-az2", Kind: "quota"},
-		pt.Attempt{Region: "us-west-2"})
+	as := gpuprovtest.CheckAttempts(t, db, "train", gpuprovtest.Attempt{Zone: "use1-az1", Kind: "capacity"}, gpuprovtest.Attempt{Zone: "use1-az2", Kind: "quota"},
+		gpuprovtest.Attempt{Region: "us-west-2"})
 	if a := as[2]; a.Token == "" || len(a.InstanceIDs) != 1 {
 		t.Fatalf("attempt 3: %+v", a)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/internal/mototest"
 	"github.com/org/gpuprov/internal/openapitest"
 	"github.com/org/gpuprov/journal"
@@ -29,7 +30,6 @@ import (
 	"github.com/org/gpuprov/provider/aws"
 	"github.com/org/gpuprov/provider/azure"
 	"github.com/org/gpuprov/provider/azure/internal/catalog"
-	pt "github.com/org/gpuprov/provider/providertest"
 	"github.com/org/gpuprov/provider/vastai"
 	"github.com/org/gpuprov/provider/vastai/vastmock"
 )
@@ -252,8 +252,8 @@ func TestFailoverAWSToAzureToVastAI(t *testing.T) {
 
 	// The journal: three attempts, the first two torn down after capacity
 	// errors and cleaned up, the last the VM's; both failed offers blocked.
-	as := pt.CheckAttempts(t, db, name, pt.Attempt{Provider: aws.ID, Kind: "capacity"},
-		pt.Attempt{Provider: azure.ID, Kind: "capacity"}, pt.Attempt{Provider: vastai.ID})
+	as := gpuprovtest.CheckAttempts(t, db, name, gpuprovtest.Attempt{Provider: aws.ID, Kind: "capacity"},
+		gpuprovtest.Attempt{Provider: azure.ID, Kind: "capacity"}, gpuprovtest.Attempt{Provider: vastai.ID})
 	if !strings.Contains(as[0].Error, "InsufficientInstanceCapacity") || !strings.Contains(as[1].Error, "AllocationFailed") {
 		t.Fatalf("attempt errors %q, %q; want InsufficientInstanceCapacity, AllocationFailed", as[0].Error, as[1].Error)
 	}

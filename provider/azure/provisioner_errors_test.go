@@ -15,12 +15,12 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/azure"
 	"github.com/org/gpuprov/provider/azure/internal/catalog"
-	pt "github.com/org/gpuprov/provider/providertest"
 )
 
 // Launches through the Provisioner, with the SQLite journal and a fake
@@ -153,7 +153,7 @@ func TestProvisionerWaitsOutThrottlingThenFailsOver(t *testing.T) {
 	if waited := puts[1].at.Sub(puts[0].at); waited < 1200*time.Second {
 		t.Fatalf("the PUT after the throttle went %v after it, before its Retry-After of 20m", waited)
 	}
-	pt.CheckAttempts(t, b.j, "patient", pt.Attempt{Region: "eastus", Kind: "capacity"}, pt.Attempt{Region: "westus2"})
+	gpuprovtest.CheckAttempts(t, b.j, "patient", gpuprovtest.Attempt{Region: "eastus", Kind: "capacity"}, gpuprovtest.Attempt{Region: "westus2"})
 	blocks := b.blocks(t)
 	if len(blocks) != 1 || blocks["offer:azure|eastus||Standard_NC4as_T4_v3|od"].ErrorKind != "capacity" {
 		t.Fatalf("blocks %+v, want the eastus offer's stockout only", blocks)
@@ -239,7 +239,7 @@ func TestProvisionerRemakesADeletedResourceGroup(t *testing.T) {
 		if err != nil || vm.State != gpuprov.StateReady || vm.Location.Region != "eastus" {
 			t.Fatalf("launch %s: %+v, %v", name, vm, err)
 		}
-		pt.CheckAttempts(t, b.j, name, pt.Attempt{Region: "eastus"})
+		gpuprovtest.CheckAttempts(t, b.j, name, gpuprovtest.Attempt{Region: "eastus"})
 	}
 	if n := len(c.calls(http.MethodPut, "/resourcegroups/")); n != 3 {
 		t.Fatalf("%d resource group PUTs, want 3 (made, made again twice)", n)

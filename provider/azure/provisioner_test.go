@@ -12,10 +12,10 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/azure"
-	pt "github.com/org/gpuprov/provider/providertest"
 )
 
 // A launch of one T4 meets AllocationFailed (reported by the VM PUT's
@@ -69,8 +69,8 @@ func TestProvisionerFailsOverAcrossRegions(t *testing.T) {
 		t.Fatalf("vm %+v", vm)
 	}
 
-	pt.CheckAttempts(t, j, "train", pt.Attempt{Region: "eastus2", Kind: "capacity"}, pt.Attempt{Region: "eastus", Kind: "quota"},
-		pt.Attempt{Region: "northcentralus"})
+	gpuprovtest.CheckAttempts(t, j, "train", gpuprovtest.Attempt{Region: "eastus2", Kind: "capacity"}, gpuprovtest.Attempt{Region: "eastus", Kind: "quota"},
+		gpuprovtest.Attempt{Region: "northcentralus"})
 	blocks, err := j.Blocks(ctx, clk.Now())
 	if err != nil {
 		t.Fatal(err)

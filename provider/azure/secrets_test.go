@@ -16,6 +16,7 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/internal/rest/resttest"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/azure"
@@ -122,7 +123,7 @@ func TestJournalNeverHoldsTheAccessToken(t *testing.T) {
 		}
 		return resttest.EchoResponse(r, status, armEcho), nil
 	})}
-	l := resttest.LaunchEchoed(t, clk, func(inst string) provider.CloudProvider {
+	l := gpuprovtest.LaunchEchoed(t, clk, func(inst string) provider.CloudProvider {
 		return c.provider(t, mt, azure.Config{Regions: []string{"eastus"}}, azure.WithInstallation(inst),
 			azure.WithEndpoint(endpoint, echo), azure.WithCredential(staticToken(token)), azure.WithClock(clk))
 	}, gpuprov.Request{Name: "train", GPU: "t4", Timeout: time.Hour})
@@ -132,7 +133,7 @@ func TestJournalNeverHoldsTheAccessToken(t *testing.T) {
 	if calls := c.calls("", "/subscriptions/"); len(calls) == 0 || calls[0].Header.Get("Authorization") != "Bearer "+token {
 		t.Fatal("the requests did not carry the token")
 	}
-	resttest.LaunchLeaks(t, map[string]string{"access token": token}, l)
+	gpuprovtest.LaunchLeaks(t, map[string]string{"access token": token}, l)
 }
 
 // failingToken is a credential that cannot get a token.

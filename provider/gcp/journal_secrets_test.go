@@ -12,6 +12,7 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/internal/rest/resttest"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/gcp"
@@ -60,7 +61,7 @@ func TestJournalNeverHoldsTheAccessToken(t *testing.T) {
 		return resttest.EchoResponse(r, status, gceEcho), nil
 	})}
 	creds := auth.NewCredentials(&auth.CredentialsOptions{TokenProvider: staticToken(token)})
-	l := resttest.LaunchEchoed(t, clk, func(inst string) provider.CloudProvider {
+	l := gpuprovtest.LaunchEchoed(t, clk, func(inst string) provider.CloudProvider {
 		return c.provider(t, mt, gcp.Config{Regions: []string{"us-central1"}}, gcp.WithInstallation(inst),
 			gcp.WithEndpoint(endpoint, echo), gcp.WithCredentials(creds))
 	}, gpuprov.Request{Name: "train", GPU: "l4", Timeout: time.Hour})
@@ -70,5 +71,5 @@ func TestJournalNeverHoldsTheAccessToken(t *testing.T) {
 	if calls := c.calls("/compute/v1/"); len(calls) == 0 || calls[0].Auth != "Bearer "+token {
 		t.Fatalf("the requests did not carry the token: %+v", calls)
 	}
-	resttest.LaunchLeaks(t, map[string]string{"access token": token}, l)
+	gpuprovtest.LaunchLeaks(t, map[string]string{"access token": token}, l)
 }

@@ -8,11 +8,11 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/gcp"
-	pt "github.com/org/gpuprov/provider/providertest"
 )
 
 // A launch meets ZONE_RESOURCE_POOL_EXHAUSTED in the cheapest zone
@@ -56,8 +56,8 @@ func TestProvisionerFailsOverAcrossZonesAndRegions(t *testing.T) {
 		t.Fatalf("vm %+v", vm)
 	}
 
-	pt.CheckAttempts(t, j, "train", pt.Attempt{Zone: "us-east4-a", Kind: "capacity"}, pt.Attempt{Zone: "us-east4-c", Kind: "quota"},
-		pt.Attempt{Zone: "us-central1-a"})
+	gpuprovtest.CheckAttempts(t, j, "train", gpuprovtest.Attempt{Zone: "us-east4-a", Kind: "capacity"}, gpuprovtest.Attempt{Zone: "us-east4-c", Kind: "quota"},
+		gpuprovtest.Attempt{Zone: "us-central1-a"})
 	blocks, err := j.Blocks(ctx, clk.Now())
 	if err != nil {
 		t.Fatal(err)

@@ -25,9 +25,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
-	pt "github.com/org/gpuprov/provider/providertest"
 )
 
 // forbiddenStatus is the body the API server writes for a 403: the Status
@@ -215,8 +215,8 @@ func TestProvisionerFailsOverPastALimitRange(t *testing.T) {
 	if vm.State != gpuprov.StateReady || vm.Provider != "k8s-b" {
 		t.Fatalf("vm %+v", vm)
 	}
-	as := pt.CheckAttempts(t, j, "wide", pt.Attempt{Provider: "k8s-a", Region: clusterName, Zone: "zone-a", Kind: "unavailable"},
-		pt.Attempt{Provider: "k8s-b", Region: "lab-b", Zone: "zone-a"})
+	as := gpuprovtest.CheckAttempts(t, j, "wide", gpuprovtest.Attempt{Provider: "k8s-a", Region: clusterName, Zone: "zone-a", Kind: "unavailable"},
+		gpuprovtest.Attempt{Provider: "k8s-b", Region: "lab-b", Zone: "zone-a"})
 	if !strings.Contains(as[0].Error, "maximum nvidia.com/gpu usage per Container is 1, but limit is 2") {
 		t.Fatalf("first attempt's error %q does not carry the LimitRanger's message", as[0].Error)
 	}

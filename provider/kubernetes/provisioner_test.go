@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
-	pt "github.com/org/gpuprov/provider/providertest"
 )
 
 // A launch plans both zones of the cluster (zone-a first: equal prices,
@@ -63,7 +63,7 @@ func TestProvisionerFailsOverOnInsufficientGPU(t *testing.T) {
 		t.Fatalf("ready after %v: the unschedulable window of 90s was not waited out", waited)
 	}
 
-	as := pt.CheckAttempts(t, j, "train", pt.Attempt{Zone: "zone-a", Kind: "capacity"}, pt.Attempt{Zone: "zone-b"})
+	as := gpuprovtest.CheckAttempts(t, j, "train", gpuprovtest.Attempt{Zone: "zone-a", Kind: "capacity"}, gpuprovtest.Attempt{Zone: "zone-b"})
 	if !strings.Contains(as[0].Error, "Insufficient nvidia.com/gpu") {
 		t.Fatalf("first attempt's error %q does not name the scheduler's reason", as[0].Error)
 	}

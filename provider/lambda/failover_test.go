@@ -14,6 +14,7 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/internal/openapitest"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/sqlite"
@@ -132,8 +133,8 @@ func TestFailoverLambdaToPrimeIntellectToRunPod(t *testing.T) {
 
 	// The journal: three attempts, the first two torn down with capacity
 	// errors, the last the VM's; both failed offers blocked for capacity.
-	pt.CheckAttempts(t, db, "train", pt.Attempt{Provider: "lambda", Kind: "capacity"},
-		pt.Attempt{Provider: "primeintellect", Kind: "capacity"}, pt.Attempt{Provider: "runpod"})
+	gpuprovtest.CheckAttempts(t, db, "train", gpuprovtest.Attempt{Provider: "lambda", Kind: "capacity"},
+		gpuprovtest.Attempt{Provider: "primeintellect", Kind: "capacity"}, gpuprovtest.Attempt{Provider: "runpod"})
 	blocks, err := db.Blocks(ctx, clk.Now())
 	if err != nil {
 		t.Fatal(err)

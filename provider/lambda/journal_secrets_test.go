@@ -12,6 +12,7 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/internal/rest/resttest"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/lambda"
@@ -96,13 +97,13 @@ func TestJournalNeverHoldsTheKey(t *testing.T) {
 					return resttest.EchoResponse(r, status, tc.body), nil
 				})}
 			}
-			l := resttest.LaunchEchoed(t, clk, func(inst string) provider.CloudProvider { return tc.build(t, key, inst, echo) },
+			l := gpuprovtest.LaunchEchoed(t, clk, func(inst string) provider.CloudProvider { return tc.build(t, key, inst, echo) },
 				gpuprov.Request{Name: "train", GPU: "h100", Timeout: time.Hour},
 				gpuprov.WithSSH("root", []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ5Vf0zdfBx5i9nRYkuGAOI4dqnA7BD6IVn0i60HNmDH ops@example"}, true))
 			if creates.Load() < 2 {
 				t.Fatalf("%d creates reached the echo, want the 500 and the 401", creates.Load())
 			}
-			resttest.LaunchLeaks(t, map[string]string{"API key": key}, l)
+			gpuprovtest.LaunchLeaks(t, map[string]string{"API key": key}, l)
 		})
 	}
 }

@@ -12,8 +12,8 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/journal/sqlite"
-	pt "github.com/org/gpuprov/provider/providertest"
 	"github.com/org/gpuprov/provider/vastai"
 	"github.com/org/gpuprov/provider/vastai/vastmock"
 )
@@ -98,7 +98,7 @@ func TestFailoverFromATakenAsk(t *testing.T) {
 		t.Fatalf("accepts %v", accepted)
 	}
 
-	pt.CheckAttempts(t, pr.db, "train", pt.Attempt{Zone: "machine-5001", Kind: "capacity"}, pt.Attempt{Zone: "machine-5002"})
+	gpuprovtest.CheckAttempts(t, pr.db, "train", gpuprovtest.Attempt{Zone: "machine-5001", Kind: "capacity"}, gpuprovtest.Attempt{Zone: "machine-5002"})
 	blocks, err := pr.db.Blocks(ctx, pr.clk.Now())
 	if err != nil || len(blocks) != 1 || blocks[0].ErrorKind != "capacity" || blocks[0].Scope != "offer" ||
 		!strings.Contains(blocks[0].Key, "|US|machine-5001|H100 SXM x1|") {
@@ -186,7 +186,7 @@ func TestFailoverFromAnUndocumentedCreate400(t *testing.T) {
 	if strings.Join(accepted, " ") != "/api/v0/asks/101/ /api/v0/asks/102/" {
 		t.Fatalf("accepts %v", accepted)
 	}
-	pt.CheckAttempts(t, pr.db, "train", pt.Attempt{Zone: "machine-5001", Kind: "failed"}, pt.Attempt{Zone: "machine-5002"})
+	gpuprovtest.CheckAttempts(t, pr.db, "train", gpuprovtest.Attempt{Zone: "machine-5001", Kind: "failed"}, gpuprovtest.Attempt{Zone: "machine-5002"})
 	blocks, err := pr.db.Blocks(ctx, pr.clk.Now())
 	if err != nil || len(blocks) != 1 || blocks[0].ErrorKind != "failed" || blocks[0].Scope != "offer" ||
 		!strings.Contains(blocks[0].Key, "|US|machine-5001|") || blocks[0].Until.Sub(blocks[0].CreatedAt) != 10*time.Minute {
