@@ -3,8 +3,10 @@ package gpuprovtest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/org/gpuprov/journal"
 )
@@ -57,4 +59,38 @@ func or(want, got string) string {
 		return got
 	}
 	return want
+}
+
+// OfferAttempts returns vm's attempts as "<offer key> <error kind>" (the
+// kind empty for one that did not fail), in order: what a test of block
+// scopes compares, where CheckAttempts' locations do not say which
+// instance type was tried.
+func OfferAttempts(t testing.TB, j journal.Journal, vm string) []string {
+	t.Helper()
+	as, err := j.Attempts(context.Background(), vm)
+	if err != nil {
+		t.Fatalf("attempts of %s: %v", vm, err)
+	}
+	var out []string
+	for _, a := range as {
+		out = append(out, a.OfferKey+" "+a.ErrorKind)
+	}
+	return out
+}
+
+// BlockKeys returns the keys of the blocks j holds in force at now, sorted
+// ("offer:<offer key>", "zone:…", "spot:…", "family:…", "region:…",
+// "provider:…").
+func BlockKeys(t testing.TB, j journal.Journal, now time.Time) []string {
+	t.Helper()
+	bs, err := j.Blocks(context.Background(), now)
+	if err != nil {
+		t.Fatalf("blocks: %v", err)
+	}
+	var keys []string
+	for _, b := range bs {
+		keys = append(keys, b.Key)
+	}
+	slices.Sort(keys)
+	return keys
 }

@@ -41,37 +41,6 @@ func newFakeProvisioner(t *testing.T, f *fakeEC2, clk *clock.Fake, cfg aws.Confi
 	return prov, db
 }
 
-// attemptsOf returns vm's attempts as "<offer key> <error kind>", in
-// order (a failover in place, to the same location, skips Cleanup, so
-// gpuprovtest.CheckAttempts does not fit).
-func attemptsOf(t *testing.T, db *sqlite.DB, vm string) []string {
-	t.Helper()
-	as, err := db.Attempts(context.Background(), vm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, a := range as {
-		out = append(out, a.OfferKey+" "+a.ErrorKind)
-	}
-	return out
-}
-
-// blockKeys returns the journal's blocks, sorted.
-func blockKeys(t *testing.T, db *sqlite.DB, now time.Time) []string {
-	t.Helper()
-	blocks, err := db.Blocks(context.Background(), now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for _, b := range blocks {
-		keys = append(keys, b.Key)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // twoL4Types lists two instance types with one L4 each in us-east-1:
 // g6.xlarge, the cheaper, in use1-az1 only, and g6.2xlarge in use1-az1
 // and use1-az2. Offers in price order: g6.xlarge/az1, g6.2xlarge/az1,
@@ -120,11 +89,11 @@ func TestProvisionerTriesTheZonesOtherType(t *testing.T) {
 			if vm.State != gpuprov.StateReady || vm.Location.Zone != "use1-az1" || vm.InstanceType != "g6.2xlarge" {
 				t.Fatalf("launched %s in %s, want g6.2xlarge in use1-az1, the zone the other type failed in", vm.InstanceType, vm.Location)
 			}
-			if got, want := attemptsOf(t, db, "pair"), []string{"aws|us-east-1|use1-az1|g6.xlarge|od " + tc.kind,
+			if got, want := gpuprovtest.OfferAttempts(t, db, "pair"), []string{"aws|us-east-1|use1-az1|g6.xlarge|od " + tc.kind,
 				"aws|us-east-1|use1-az1|g6.2xlarge|od "}; !slices.Equal(got, want) {
 				t.Fatalf("attempts %q, want %q", got, want)
 			}
-			if got, want := blockKeys(t, db, clk.Now()), []string{"offer:aws|us-east-1|use1-az1|g6.xlarge|od"}; !slices.Equal(got, want) {
+			if got, want := gpuprovtest.BlockKeys(t, db, clk.Now()), []string{"offer:aws|us-east-1|use1-az1|g6.xlarge|od"}; !slices.Equal(got, want) {
 				t.Fatalf("blocks %v, want %v", got, want)
 			}
 			if err := prov.Delete(context.Background(), "pair"); err != nil {
@@ -162,7 +131,7 @@ func TestProvisionerQuotaBlocksOnlyItsBucket(t *testing.T) {
 			t.Fatalf("P instance in %s, want us-west-2", big.Location)
 		}
 		gpuprovtest.CheckAttempts(t, db, "big", gpuprovtest.Attempt{Region: "us-east-1", Kind: "quota"}, gpuprovtest.Attempt{Region: "us-west-2"})
-		if got, want := blockKeys(t, db, clk.Now()), []string{"family:aws|us-east-1|P|od"}; !slices.Equal(got, want) {
+		if got, want := gpuprovtest.BlockKeys(t, db, clk.Now()), []string{"family:aws|us-east-1|P|od"}; !slices.Equal(got, want) {
 			t.Fatalf("blocks %v, want %v", got, want)
 		}
 		small, err := prov.Launch(ctx, gpuprov.Request{Name: "small", GPU: "L4", Regions: []string{"us-east-1"}, Timeout: time.Hour})
@@ -188,11 +157,11 @@ func TestProvisionerQuotaBlocksOnlyItsBucket(t *testing.T) {
 		if vm.Spot || vm.Location != (provider.Location{Region: "us-east-1", Zone: "use1-az1"}) {
 			t.Fatalf("launched spot=%v in %s, want on-demand in us-east-1/use1-az1", vm.Spot, vm.Location)
 		}
-		if got, want := attemptsOf(t, db, "cheap"), []string{"aws|us-east-1|use1-az1|g6.xlarge|spot quota",
+		if got, want := gpuprovtest.OfferAttempts(t, db, "cheap"), []string{"aws|us-east-1|use1-az1|g6.xlarge|spot quota",
 			"aws|us-east-1|use1-az1|g6.xlarge|od "}; !slices.Equal(got, want) {
 			t.Fatalf("attempts %q, want %q", got, want)
 		}
-		if got, want := blockKeys(t, db, clk.Now()), []string{"spot:aws|us-east-1"}; !slices.Equal(got, want) {
+		if got, want := gpuprovtest.BlockKeys(t, db, clk.Now()), []string{"spot:aws|us-east-1"}; !slices.Equal(got, want) {
 			t.Fatalf("blocks %v, want %v", got, want)
 		}
 		if n := len(f.requests("RunInstances")); n != 2 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/gcp"
@@ -35,35 +36,6 @@ func newProvisioner(t *testing.T, c *cloud, mt *httpmock.MockTransport, cfg gcp.
 	}
 	t.Cleanup(func() { prov.Close() })
 	return prov, j, clk
-}
-
-// attempts returns vm's attempts as "<offer key> <error kind>", in order.
-func attempts(t *testing.T, j *sqlite.DB, vm string) []string {
-	t.Helper()
-	as, err := j.Attempts(context.Background(), vm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, a := range as {
-		out = append(out, a.OfferKey+" "+a.ErrorKind)
-	}
-	return out
-}
-
-// blocks returns the journal's block keys, sorted.
-func blocks(t *testing.T, j *sqlite.DB, now time.Time) []string {
-	t.Helper()
-	bs, err := j.Blocks(context.Background(), now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for _, b := range bs {
-		keys = append(keys, b.Key)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // Two machine types with one L4 each sell in us-central1-a (g2-standard-4,
@@ -96,11 +68,11 @@ func TestProvisionerTriesTheZonesOtherType(t *testing.T) {
 			if vm.State != gpuprov.StateReady || vm.Location.Zone != "us-central1-a" || vm.InstanceType != "g2-standard-8" {
 				t.Fatalf("launched %s in %s, want g2-standard-8 in us-central1-a", vm.InstanceType, vm.Location)
 			}
-			if got, want := attempts(t, j, "pair"), []string{"gcp|us-central1|us-central1-a|g2-standard-4|od capacity",
+			if got, want := gpuprovtest.OfferAttempts(t, j, "pair"), []string{"gcp|us-central1|us-central1-a|g2-standard-4|od capacity",
 				"gcp|us-central1|us-central1-a|g2-standard-8|od "}; !slices.Equal(got, want) {
 				t.Fatalf("attempts %q, want %q", got, want)
 			}
-			if got, want := blocks(t, j, clk.Now()), []string{"offer:gcp|us-central1|us-central1-a|g2-standard-4|od"}; !slices.Equal(got, want) {
+			if got, want := gpuprovtest.BlockKeys(t, j, clk.Now()), []string{"offer:gcp|us-central1|us-central1-a|g2-standard-4|od"}; !slices.Equal(got, want) {
 				t.Fatalf("blocks %v, want %v", got, want)
 			}
 			if err := prov.Delete(context.Background(), "pair"); err != nil {
@@ -133,7 +105,7 @@ func TestProvisionerQuotaBlocksWhatItCounts(t *testing.T) {
 		if l4vm.Location.Region != "us-east1" {
 			t.Fatalf("L4 in %s, want us-east1", l4vm.Location)
 		}
-		if got, want := blocks(t, j, clk.Now()), []string{"family:gcp|us-central1|NVIDIA_L4_GPUS|od"}; !slices.Equal(got, want) {
+		if got, want := gpuprovtest.BlockKeys(t, j, clk.Now()), []string{"family:gcp|us-central1|NVIDIA_L4_GPUS|od"}; !slices.Equal(got, want) {
 			t.Fatalf("blocks %v, want %v", got, want)
 		}
 		t4, err := prov.Launch(ctx, gpuprov.Request{Name: "t4", GPU: "t4", Regions: []string{"us-central1"}, Timeout: time.Hour})
@@ -166,11 +138,11 @@ func TestProvisionerQuotaBlocksWhatItCounts(t *testing.T) {
 			if vm.Spot || vm.Location != (provider.Location{Region: "us-central1", Zone: "us-central1-a"}) {
 				t.Fatalf("launched spot=%v in %s, want on-demand in us-central1-a", vm.Spot, vm.Location)
 			}
-			if got, want := attempts(t, j, "cheap"), []string{"gcp|us-central1|us-central1-a|g2-standard-4|spot quota",
+			if got, want := gpuprovtest.OfferAttempts(t, j, "cheap"), []string{"gcp|us-central1|us-central1-a|g2-standard-4|spot quota",
 				"gcp|us-central1|us-central1-a|g2-standard-4|od "}; !slices.Equal(got, want) {
 				t.Fatalf("attempts %q, want %q", got, want)
 			}
-			if got := blocks(t, j, clk.Now()); !slices.Equal(got, []string{tc.block}) {
+			if got := gpuprovtest.BlockKeys(t, j, clk.Now()); !slices.Equal(got, []string{tc.block}) {
 				t.Fatalf("blocks %v, want %v", got, tc.block)
 			}
 		})
