@@ -308,8 +308,7 @@ func (d *driver) reprepare(ctx context.Context, pp *paced, o *provider.Offer, a 
 
 // preparedInPlace returns the prepared data of an attempt that owes its
 // cleanup in the location of a, on an offer whose Prepare takes the same
-// input (instance type, disk, Spot or not: a Spot NIC is not an on-demand
-// one), so that a failover in place skips Prepare;
+// input (instance type, disk), so that a failover in place skips Prepare;
 // nil when there is none.
 func (d *driver) preparedInPlace(o *provider.Offer, a *journal.Attempt) json.RawMessage {
 	for i := len(d.owed) - 1; i >= 0; i-- {
@@ -318,7 +317,7 @@ func (d *driver) preparedInPlace(o *provider.Offer, a *journal.Attempt) json.Raw
 			continue
 		}
 		var xo provider.Offer
-		if err := json.Unmarshal(x.Offer, &xo); err != nil || xo.InstanceType != o.InstanceType || xo.DiskGB != o.DiskGB || xo.Spot != o.Spot {
+		if err := json.Unmarshal(x.Offer, &xo); err != nil || xo.InstanceType != o.InstanceType || xo.DiskGB != o.DiskGB {
 			continue
 		}
 		return x.Prepared

@@ -228,31 +228,3 @@ func TestReadyLiftsTheStockoutBlock(t *testing.T) {
 		t.Errorf("creates %v, want %v", on, want)
 	}
 }
-
-// TestFailoverInPlaceKeepsSpotApart: a Spot offer that stocks out fails
-// over in place to the on-demand offer of the same type and zone, but does
-// not reuse what the Spot attempt prepared (Azure tags a Spot NIC as such):
-// the on-demand attempt prepares its own.
-func TestFailoverInPlaceKeepsSpotApart(t *testing.T) {
-	ctx := context.Background()
-	e := newEnv(t)
-	a := e.fake("a")
-	spot := pt.Offer("us-east", "us-east-1a", "h100.1", "H100-80GB", 1, 1.00)
-	spot.Spot, spot.Provider = true, "a"
-	od := pt.Offer("us-east", "us-east-1a", "h100.1", "H100-80GB", 1, 2.00)
-	od.Provider = "a"
-	a.Offers = []provider.Offer{spot, od}
-	a.Script(&pt.Rule{Op: pt.OpCreate, Match: func(c *pt.Call) bool { return c.Offer == spot.Key() }, Err: pe(provider.Capacity, "no spot capacity")})
-	req := h100("thrifty")
-	req.Spot, req.Providers = provider.SpotOrOnDemand, []string{"a"}
-	if _, err := e.p.Launch(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	var prepared []string
-	for _, c := range a.Calls(pt.OpPrepare) {
-		prepared = append(prepared, c.Offer)
-	}
-	if !slices.Equal(prepared, []string{spot.Key(), od.Key()}) {
-		t.Errorf("prepared %v; want the Spot offer, then the on-demand one on its own", prepared)
-	}
-}
