@@ -330,7 +330,6 @@ func (p *Provisioner) recoverVMs(ctx context.Context, background bool) (*Recover
 	// LaunchCluster: a cluster with fewer ready nodes than it needs gives
 	// back the ready ones; then the expired VMs are reaped.
 	finish := func(ctx context.Context, rep *RecoverReport) error {
-		wg.Wait()
 		// A crashed process leaves the shared firewalls of the regions it
 		// used, waiting out a grace that died with it. Their removal is
 		// scheduled here as after this process's own last VM of a region:
@@ -356,13 +355,20 @@ func (p *Provisioner) recoverVMs(ctx context.Context, background bool) (*Recover
 		go func() {
 			defer p.bgDrivers.Done()
 			defer endDrives()
-			if err := finish(driveCtx, &RecoverReport{Resumed: map[string]error{}, Skipped: map[string]string{}}); err != nil && context.Cause(driveCtx) == nil {
+			wg.Wait()
+			if context.Cause(driveCtx) != nil {
+				// Closed: the drivers halted where they were, and a
+				// cluster short of nodes now is not one that failed.
+				return
+			}
+			if err := finish(driveCtx, &RecoverReport{Resumed: map[string]error{}, Skipped: map[string]string{}}); err != nil {
 				p.log.Warn("recover: reaping after the background recovery", "err", err)
 			}
 		}()
 		slices.SortFunc(rep.VMs, func(a, b Recovered) int { return strings.Compare(a.Name, b.Name) })
 		return rep, nil
 	}
+	wg.Wait()
 	err = finish(ctx, rep)
 	slices.SortFunc(rep.VMs, func(a, b Recovered) int { return strings.Compare(a.Name, b.Name) })
 	return rep, err
