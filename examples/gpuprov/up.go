@@ -72,7 +72,8 @@ With --wait, a launch that finds every offer stocked out (or blocked) does not
 fail: it waits for capacity, replanning every --wait-poll and whenever a
 stockout block expires or a provider's listing shows the offer back in stock,
 until --timeout (24h by default with --wait). A killed wait is resumed by
-'gpuprov recover'.
+'gpuprov recover'. A request that no offer fits at all (a --max-price below
+every price, a --region nobody has) fails at once, naming the filter.
 
 With --nodes, --placement keeps the cluster together: same-region or
 same-zone puts every node in one provider's region or zone, and compact in one
