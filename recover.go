@@ -591,7 +591,7 @@ func (p *Provisioner) CleanupShared(ctx context.Context) (err error) {
 func (p *Provisioner) cleanupSharedEverywhere(ctx context.Context) error {
 	var errs []error
 	for _, name := range p.Providers() {
-		if err := p.cleanupShared(ctx, p.providers[name], provider.Location{}); err != nil {
+		if err := p.cleanupShared(ctx, p.providers[name], provider.Location{}, true); err != nil {
 			errs = append(errs, fmt.Errorf("shared side resources: %w", ofProvider(name, err)))
 		}
 	}

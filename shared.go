@@ -86,22 +86,27 @@ func (pp *paced) releaseShared(a *journal.Attempt) (last bool) {
 func holder(a *journal.Attempt) string { return fmt.Sprintf("%s#%d", a.VM, a.N) }
 
 // cleanupShared asks the provider to remove its shared side resources in
-// loc (every region for a zero Location). A resource the cloud says is in
-// use is asked for again, with backoff, for as long as the cloud's listing
-// may lag behind it (ConsistencyWindow, plus a poll): this process's own
-// instances were confirmed gone by a listing, and the cloud may not be done
-// with them yet. Past that it is another process's VM using it: it is left,
-// and not an error; the next teardown there, or Sweep, removes it. Other
-// transient errors are retried like every teardown step, on a context
-// detached from the caller's and bounded by the provider's DeleteTimeout.
-func (p *Provisioner) cleanupShared(ctx context.Context, pp *paced, loc provider.Location) error {
+// loc (every region for a zero Location). With settle, a resource the cloud
+// says is in use is asked for again, with backoff, for as long as the
+// cloud's listing may lag behind it (ConsistencyWindow, plus a poll): this
+// process's own instances were confirmed gone by a listing, and the cloud
+// may not be done with them yet. Past that (at once without settle: what a
+// crashed process left, where this one deleted nothing) it is another VM
+// using it: it is left, and not an error; the next teardown there, or
+// Sweep, removes it. Other transient errors are retried like every
+// teardown step, on a context detached from the caller's and bounded by
+// the provider's DeleteTimeout.
+func (p *Provisioner) cleanupShared(ctx context.Context, pp *paced, loc provider.Location, settle bool) error {
 	sc, ok := pp.CloudProvider.(provider.SharedCleaner)
 	if !ok {
 		return nil
 	}
 	ctx, cancel := detached(ctx, p, pp.caps.DeleteTimeout)
 	defer cancel()
-	until := p.clock.Now().Add(pp.caps.ConsistencyWindow + pp.caps.PollInterval)
+	until := p.clock.Now()
+	if settle {
+		until = until.Add(pp.caps.ConsistencyWindow + pp.caps.PollInterval)
+	}
 	for n := 0; ; n++ {
 		err := pp.call(ctx, "cleanup-shared", loc, func(ctx context.Context) error { return sc.CleanupShared(ctx, loc) })
 		if err == nil || provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil {
@@ -194,7 +199,7 @@ const allRegions = ""
 // removeShared removes the shared side resources of region (every region:
 // allRegions), logging what is left.
 func (p *Provisioner) removeShared(ctx context.Context, pp *paced, region string) {
-	if err := p.cleanupShared(ctx, pp, provider.Location{Region: region}); err != nil {
+	if err := p.cleanupShared(ctx, pp, provider.Location{Region: region}, region != allRegions); err != nil {
 		p.log.Warn("shared side resources left", "provider", pp.Name(), "region", region, "err", err)
 	}
 }

@@ -302,6 +302,10 @@ func TestRecoverRemovesWhatACrashedProcessLeftAfterTheGrace(t *testing.T) {
 		e.useShared()
 		sf := e.shared["a"]
 		sf.RefuseInUse = true
+		// A listing lag a removal after this process's own deletions
+		// would wait out on an in-use answer; what a crashed process left
+		// is not waited for.
+		sf.Caps.ConsistencyWindow = time.Minute
 		ctx := context.Background()
 		o := sf.Offers[2] // eu-west: a region this process never visits
 		if _, err := sf.Prepare(ctx, &o, &provider.InstanceSpec{VM: "gone", Installation: sf.Installation, Attempt: 1}); err != nil {
@@ -318,7 +322,11 @@ func TestRecoverRemovesWhatACrashedProcessLeftAfterTheGrace(t *testing.T) {
 			t.Fatalf("right after Recover: shared in %v, want both (the grace runs)", got)
 		}
 		if closeFirst {
+			start := e.clk.Now()
 			p.Close()
+			if took := e.clk.Now().Sub(start); took > time.Second {
+				t.Errorf("Close took %v of clock time: it waited on a resource in use", took)
+			}
 		} else {
 			e.clk.Advance(gpuprov.DefaultSharedGrace) // timers are not sleeps: AutoAdvance leaves them
 			pt.WaitFor(t, "the grace to remove eu-west's", func() bool { return !slices.Contains(sf.Shared(), "eu-west") })
