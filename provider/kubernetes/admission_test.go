@@ -26,7 +26,6 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/gpuprovtest"
-	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 )
 
@@ -195,18 +194,12 @@ func TestProvisionerFailsOverPastALimitRange(t *testing.T) {
 	a.cs.PrependReactor("create", "pods", limitRanger(&corev1.LimitRange{Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
 		Type: corev1.LimitTypeContainer, Max: corev1.ResourceList{resourceGPU: resource.MustParse("1")}}}}}))
 	t.Cleanup(a.clk.AutoAdvance())
-	j, err := sqlite.Open(ctx, t.TempDir()+"/journal.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.Close() })
-	pa := a.provider(t, Config{GPUPricePerHour: 1}, WithName("k8s-a"), WithInstallation(j.Installation()))
-	pb := b.provider(t, Config{GPUPricePerHour: 2, Regions: []string{"lab-b"}}, WithName("k8s-b"), WithInstallation(j.Installation()))
-	prov, err := gpuprov.New(j, gpuprov.WithProvider(pa, pb), gpuprov.WithClock(a.clk), gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prov.Close() })
+	prov, j := gpuprovtest.New(t, a.clk, func(inst string) []provider.CloudProvider {
+		return []provider.CloudProvider{
+			a.provider(t, Config{GPUPricePerHour: 1}, WithName("k8s-a"), WithInstallation(inst)),
+			b.provider(t, Config{GPUPricePerHour: 2, Regions: []string{"lab-b"}}, WithName("k8s-b"), WithInstallation(inst)),
+		}
+	})
 
 	vm, err := prov.Launch(ctx, gpuprov.Request{Name: "wide", GPU: "L4", GPUCount: 2, Timeout: time.Hour})
 	if err != nil {

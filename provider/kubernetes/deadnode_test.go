@@ -11,7 +11,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/org/gpuprov"
-	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/gpuprovtest"
 	"github.com/org/gpuprov/provider"
 )
 
@@ -140,17 +140,9 @@ func TestProvisionerTeardownOnADeadNode(t *testing.T) {
 	var once sync.Once
 	c.beforeDelete = func(*corev1.Pod) { once.Do(func() { c.nodeGoesDown("node-1") }) }
 	t.Cleanup(c.clk.AutoAdvance())
-	j, err := sqlite.Open(ctx, t.TempDir()+"/journal.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.Close() })
-	p := c.provider(t, Config{}, WithInstallation(j.Installation()))
-	prov, err := gpuprov.New(j, gpuprov.WithProvider(p), gpuprov.WithClock(c.clk), gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prov.Close() })
+	prov, _ := gpuprovtest.New(t, c.clk, func(inst string) []provider.CloudProvider {
+		return []provider.CloudProvider{c.provider(t, Config{}, WithInstallation(inst))}
+	})
 	if _, err := prov.Launch(ctx, gpuprov.Request{Name: "lost", GPU: "L4", Timeout: time.Hour}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/gpuprovtest"
-	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider"
 )
 
@@ -37,18 +36,9 @@ func TestProvisionerFailsOverOnInsufficientGPU(t *testing.T) {
 		}
 	}
 	t.Cleanup(c.clk.AutoAdvance())
-	j, err := sqlite.Open(ctx, t.TempDir()+"/journal.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.Close() })
-	p := c.provider(t, Config{GPUPricePerHour: 1.5, UnschedulableWindow: 90 * time.Second}, WithInstallation(j.Installation()))
-	prov, err := gpuprov.New(j, gpuprov.WithProvider(p), gpuprov.WithClock(c.clk),
-		gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1), gpuprov.WithSSH("root", []string{userKey(t)}, true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prov.Close() })
+	prov, j := gpuprovtest.New(t, c.clk, func(inst string) []provider.CloudProvider {
+		return []provider.CloudProvider{c.provider(t, Config{GPUPricePerHour: 1.5, UnschedulableWindow: 90 * time.Second}, WithInstallation(inst))}
+	}, gpuprov.WithSSH("root", []string{userKey(t)}, true))
 
 	started := c.clk.Now()
 	vm, err := prov.Launch(ctx, gpuprov.Request{Name: "train", GPU: "h100", GPUCount: 4, Timeout: time.Hour})
@@ -106,18 +96,10 @@ func TestProvisionerQuotaBlocksTheCluster(t *testing.T) {
 	c := newCluster(t, gpuNode("node-1", "zone-a", "NVIDIA-L4", 4), gpuNode("node-2", "zone-b", "NVIDIA-L4", 4))
 	c.cs.PrependReactor("create", "pods", quotaRefusal)
 	t.Cleanup(c.clk.AutoAdvance())
-	j, err := sqlite.Open(ctx, t.TempDir()+"/journal.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.Close() })
-	p := c.provider(t, Config{}, WithInstallation(j.Installation()))
-	prov, err := gpuprov.New(j, gpuprov.WithProvider(p), gpuprov.WithClock(c.clk), gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prov.Close() })
-	_, err = prov.Launch(ctx, gpuprov.Request{Name: "quota", GPU: "L4", Timeout: time.Hour})
+	prov, j := gpuprovtest.New(t, c.clk, func(inst string) []provider.CloudProvider {
+		return []provider.CloudProvider{c.provider(t, Config{}, WithInstallation(inst))}
+	})
+	_, err := prov.Launch(ctx, gpuprov.Request{Name: "quota", GPU: "L4", Timeout: time.Hour})
 	if err == nil {
 		t.Fatal("launch succeeded against a full quota")
 	}

@@ -3,7 +3,6 @@ package lambda_test
 import (
 	"context"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,8 @@ import (
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/clock"
-	"github.com/org/gpuprov/journal/sqlite"
+	"github.com/org/gpuprov/gpuprovtest"
+	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/lambda"
 	"github.com/org/gpuprov/provider/lambda/lambdamock"
 )
@@ -28,29 +28,20 @@ func TestQuotaExceededBlocksTheOfferOnly(t *testing.T) {
 	ctx := context.Background()
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	t.Cleanup(clk.AutoAdvance())
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "journal.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-
 	mt := httpmock.NewMockTransport()
 	api := lambdamock.New(apiKey, catalog()...)
 	api.Fail(lambdamock.Fault{Method: http.MethodPost, Path: "/instance-operations/launch", Status: 400,
 		Code: lambda.CodeQuotaExceeded, Message: "Quota exceeded.", Times: 1})
 	api.Register(mt, base)
-	p, err := lambda.New(lambda.Config{APIKey: apiKey, RequestsPerSecond: 1000, Burst: 100, ConsistencyWindow: time.Second,
-		LaunchInterval: time.Nanosecond}, // the pacing reads the wall clock: do not pace the test
-		lambda.WithInstallation(db.Installation()), lambda.WithHTTP(base, &http.Client{Transport: vendorSchema(t).Transport(t, mt)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	prov, err := gpuprov.New(db, gpuprov.WithClock(clk), gpuprov.WithProvider(p), gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1),
-		gpuprov.WithSSH("ubuntu", spec("x").AuthorizedKeys, true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prov.Close() })
+	prov, db := gpuprovtest.New(t, clk, func(inst string) []provider.CloudProvider {
+		p, err := lambda.New(lambda.Config{APIKey: apiKey, RequestsPerSecond: 1000, Burst: 100, ConsistencyWindow: time.Second,
+			LaunchInterval: time.Nanosecond}, // the pacing reads the wall clock: do not pace the test
+			lambda.WithInstallation(inst), lambda.WithHTTP(base, &http.Client{Transport: vendorSchema(t).Transport(t, mt)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []provider.CloudProvider{p}
+	}, gpuprov.WithSSH("ubuntu", spec("x").AuthorizedKeys, true))
 
 	vm, err := prov.Launch(ctx, gpuprov.Request{Name: "train", GPU: "h100", Timeout: time.Hour})
 	if err != nil {
