@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/org/gpuprov/journal/postgres/pgtest"
 )
 
 // cliBin is the gpuprov binary built by TestMain.
@@ -35,7 +37,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Main(m) // a private PostgreSQL for the shared-journal test
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/org/gpuprov/journal/postgres/pgtest"
 )
 
 // simTimings: sim-a boots fast, sim-b slowly enough to kill a launch mid-boot.
@@ -477,5 +480,31 @@ func TestCLIOffersAzureWithoutCredentials(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no Azure ND H100 v5 offer without credentials: %s", r.stdout)
+	}
+}
+
+// TestCLIOnASharedPostgresJournal: with journal = "postgres://…" in its
+// config, the CLI works on the journal a team's services share: one user
+// launches a VM, another (another home, the same journal) lists it and
+// takes it down. Before, the CLI knew only the sqlite scheme.
+func TestCLIOnASharedPostgresJournal(t *testing.T) {
+	url := pgtest.Require(t).NewSchema(t)
+	alice, bob := newCLIEnv(t), newCLIEnv(t)
+	sim := startSim(t, alice, simTimings)
+	cfg := fmt.Sprintf("journal = %q\n%s", url, sim.config)
+	alice.writeConfig(cfg)
+	bob.writeConfig(cfg)
+
+	alice.ok("up", "--gpu", "h100", "--name", "shared-1", "--provider", "sim-a", "--timeout", "60s")
+	vms := listJSON(t, bob)
+	if len(vms) != 1 || vms[0].Name != "shared-1" || vms[0].State != "ready" {
+		t.Fatalf("bob lists %+v; want alice's shared-1, ready", vms)
+	}
+	bob.ok("down", "shared-1")
+	if live := sim.live(t); len(live) != 0 {
+		t.Errorf("after bob's down the sim runs %+v", live)
+	}
+	if vms := listJSON(t, alice); len(vms) != 0 {
+		t.Errorf("alice lists %+v after bob's down; want nothing live", vms)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	// Journal backends and cloud adapters, registered for their side effect.
 	// provider/all imports every adapter gpuprov ships.
+	_ "github.com/org/gpuprov/journal/postgres" // journal = "postgres://…": the journal a team's services share
 	_ "github.com/org/gpuprov/journal/sqlite"
 	_ "github.com/org/gpuprov/provider/all"
 )
