@@ -60,17 +60,7 @@ func TestWaitForCapacityIsReadyAPollAfterTheRestock(t *testing.T) {
 	if took > 3*poll {
 		t.Errorf("the VM was ready %v after the restock; want within about a poll (%v), surely under 3", took, poll)
 	}
-	if err := result(); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	for _, want := range []string{"job-0 ready on sim-a", "running on", "job-0 deleted"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
-	}
-	if left := running(t, srv); len(left) != 0 {
-		t.Fatalf("instances left: %v", left)
-	}
+	jobDoneAndGone(t, srv, result, out.String)
 }
 
 // A job no offer can ever satisfy fails at once, even with -wait and a
@@ -159,18 +149,26 @@ func TestStartDoesNotBlockOnAWaitingVM(t *testing.T) {
 	if err := srv.SetFaults("sim-a", simserver.Faults{}); err != nil { // the restock
 		t.Fatal(err)
 	}
+	jobDoneAndGone(t, srv, result, out.String)
+	if all, _ := srv.Instances("sim-a"); len(all) != 1 {
+		t.Errorf("%d instances over both runs; want job-0's one", len(all))
+	}
+}
+
+// jobDoneAndGone waits for the run's end (result) and fails t unless it
+// ended well, its output says job-0 was ready, ran and was deleted, and the
+// sim runs nothing.
+func jobDoneAndGone(t *testing.T, srv *simserver.Server, result func() error, out func() string) {
+	t.Helper()
 	if err := result(); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
+		t.Fatalf("%v\n%s", err, out())
 	}
 	for _, want := range []string{"job-0 ready on sim-a", "running on", "job-0 deleted"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out())
 		}
 	}
 	if left := running(t, srv); len(left) != 0 {
 		t.Fatalf("instances left: %v", left)
-	}
-	if all, _ := srv.Instances("sim-a"); len(all) != 1 {
-		t.Errorf("%d instances over both runs; want job-0's one", len(all))
 	}
 }

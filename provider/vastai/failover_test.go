@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,13 +91,7 @@ func TestFailoverFromATakenAsk(t *testing.T) {
 	}
 
 	// Accepts went out cheapest first, once each.
-	var accepted []string
-	for _, c := range api.Calls(http.MethodPut, "/api/v0/asks/") {
-		accepted = append(accepted, c.Path)
-	}
-	if strings.Join(accepted, " ") != "/api/v0/asks/101/ /api/v0/asks/102/" {
-		t.Fatalf("accepts %v", accepted)
-	}
+	acceptedInOrder(t, api, "/api/v0/asks/101/", "/api/v0/asks/102/")
 
 	gpuprovtest.CheckAttempts(t, pr.db, "train", gpuprovtest.Attempt{Zone: "machine-5001", Kind: "capacity"}, gpuprovtest.Attempt{Zone: "machine-5002"})
 	blocks, err := pr.db.Blocks(ctx, pr.clk.Now())
@@ -179,13 +174,7 @@ func TestFailoverFromAnUndocumentedCreate400(t *testing.T) {
 	if vm.State != gpuprov.StateReady || vm.Location.String() != "CA/machine-5002" {
 		t.Fatalf("vm %+v", vm)
 	}
-	var accepted []string
-	for _, c := range api.Calls(http.MethodPut, "/api/v0/asks/") {
-		accepted = append(accepted, c.Path)
-	}
-	if strings.Join(accepted, " ") != "/api/v0/asks/101/ /api/v0/asks/102/" {
-		t.Fatalf("accepts %v", accepted)
-	}
+	acceptedInOrder(t, api, "/api/v0/asks/101/", "/api/v0/asks/102/")
 	gpuprovtest.CheckAttempts(t, pr.db, "train", gpuprovtest.Attempt{Zone: "machine-5001", Kind: "failed"}, gpuprovtest.Attempt{Zone: "machine-5002"})
 	blocks, err := pr.db.Blocks(ctx, pr.clk.Now())
 	if err != nil || len(blocks) != 1 || blocks[0].ErrorKind != "failed" || blocks[0].Scope != "offer" ||
@@ -194,5 +183,18 @@ func TestFailoverFromAnUndocumentedCreate400(t *testing.T) {
 	}
 	if insts := api.Instances(); len(insts) != 1 || insts[0].MachineID != 5002 {
 		t.Fatalf("instances %+v", insts)
+	}
+}
+
+// acceptedInOrder fails t unless the asks accepted (PUT /api/v0/asks/{id}/)
+// are want, in order, once each.
+func acceptedInOrder(t *testing.T, api *vastmock.API, want ...string) {
+	t.Helper()
+	var accepted []string
+	for _, c := range api.Calls(http.MethodPut, "/api/v0/asks/") {
+		accepted = append(accepted, c.Path)
+	}
+	if !slices.Equal(accepted, want) {
+		t.Fatalf("accepts %v, want %v", accepted, want)
 	}
 }
