@@ -58,14 +58,14 @@ func (c *crashJournal) Commit(ctx context.Context, s *journal.Step) error {
 	return c.Journal.Commit(ctx, s)
 }
 
-func (c *crashJournal) Renew(ctx context.Context, owner string, expiry time.Time, names []string) ([]string, error) {
+func (c *crashJournal) Renew(ctx context.Context, owner string, now, expiry time.Time, names []string) ([]string, error) {
 	c.mu.Lock()
 	dead := c.crashed
 	c.mu.Unlock()
 	if dead {
 		return nil, errCrash
 	}
-	return c.Journal.Renew(ctx, owner, expiry, names)
+	return c.Journal.Renew(ctx, owner, now, expiry, names)
 }
 
 func (c *crashJournal) Release(ctx context.Context, name, owner string) error {

@@ -519,7 +519,8 @@ func (p *Provisioner) heartbeat() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		lost, err := p.j.Renew(ctx, p.owner, p.clock.Now().Add(p.leaseTTL), names)
+		now := p.clock.Now()
+		lost, err := p.j.Renew(ctx, p.owner, now, now.Add(p.leaseTTL), names)
 		cancel()
 		if err != nil {
 			p.log.Warn("renewing leases", "err", err)

@@ -17,9 +17,12 @@
 // tokens, private keys) never go into a journal.
 //
 // Times are the caller's: the engine passes its clock's now and the lease
-// expiry it wants, so tests drive leases with an injected clock. Backends
-// shared by several machines rely on those machines' clocks agreeing to well
-// within a lease's length.
+// expiry it wants, so tests drive leases with an injected clock. A lease is
+// a length, expiry − now: a backend shared by several machines (PostgreSQL)
+// grants and compares leases by its own clock instead, measuring that length
+// from its own now, so that replicas whose clocks disagree never both drive
+// a VM (see LeaseClock). A backend on one host (SQLite) keeps the caller's
+// clock.
 package journal
 
 import (
@@ -365,16 +368,32 @@ type Journal interface {
 	// returns the VM as stored. It succeeds when the lease is free, held by
 	// owner already, expired at now, or held by one of dead (owners the
 	// caller has proven gone). Otherwise it returns a *LeasedError. Taking
-	// over a lease does not change Version.
+	// over a lease does not change Version. A backend with a LeaseClock
+	// reads "now" and "expired" on its own clock and grants expiry − now
+	// from it; so does Commit for a Step's Create (its LeaseExpiry −
+	// CreatedAt).
 	Acquire(ctx context.Context, name, owner string, now, expiry time.Time, dead ...string) (VM, error)
 	// Renew extends to expiry the leases owner holds on names, and returns
-	// the names whose lease owner no longer holds.
-	Renew(ctx context.Context, owner string, expiry time.Time, names []string) (lost []string, err error)
+	// the names whose lease owner no longer holds. now is the caller's
+	// clock when it asks: a backend with a LeaseClock extends the leases to
+	// its own now plus expiry − now.
+	Renew(ctx context.Context, owner string, now, expiry time.Time, names []string) (lost []string, err error)
 	// Release frees the lease if owner holds it; otherwise it does nothing.
 	Release(ctx context.Context, name, owner string) error
 
 	// Close releases the backend's resources.
 	Close() error
+}
+
+// LeaseClock is implemented by a backend that grants and compares leases by
+// its own clock (a shared database's), not by the times its callers pass:
+// Acquire, Renew and a Create measure the lease's length from the caller's
+// times and start it at the backend's now; expiries it stores and returns are
+// on its clock. LeaseNow reads that clock. The engine never compares such
+// an expiry with its own clock: it fences its cloud calls by its monotonic
+// clock from the last renewal the journal confirmed (docs/journal.md).
+type LeaseClock interface {
+	LeaseNow(ctx context.Context) (time.Time, error)
 }
 
 // Opener opens a journal from its URL (the whole URL, scheme included).

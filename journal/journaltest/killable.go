@@ -38,11 +38,11 @@ func (k *Killable) Acquire(ctx context.Context, name, owner string, now, expiry 
 }
 
 // Renew implements journal.Journal.
-func (k *Killable) Renew(ctx context.Context, owner string, expiry time.Time, names []string) ([]string, error) {
+func (k *Killable) Renew(ctx context.Context, owner string, now, expiry time.Time, names []string) ([]string, error) {
 	if k.Dead() {
 		return nil, ErrKilled
 	}
-	return k.Journal.Renew(ctx, owner, expiry, names)
+	return k.Journal.Renew(ctx, owner, now, expiry, names)
 }
 
 // Release implements journal.Journal.

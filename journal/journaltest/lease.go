@@ -126,7 +126,7 @@ func testRenew(t *testing.T, h *harness) {
 		v.Owner, v.LeaseExpiry = c.owner, c.expiry
 		stored[c.name] = create(t, j, v)
 	}
-	lost, err := j.Renew(ctx, "o1", at(10*time.Minute), []string{"vm-e", "vm-a", "vm-d", "vm-b", "vm-zz"})
+	lost, err := j.Renew(ctx, "o1", at(0), at(10*time.Minute), []string{"vm-e", "vm-a", "vm-d", "vm-b", "vm-zz"})
 	if err != nil {
 		t.Fatalf("Renew: %v", err)
 	}
@@ -140,7 +140,7 @@ func testRenew(t *testing.T, h *harness) {
 		equal(t, "VM after Renew", getVM(t, j, name), v)
 	}
 
-	lost, err = j.Renew(ctx, "o1", at(20*time.Minute), nil)
+	lost, err = j.Renew(ctx, "o1", at(0), at(20*time.Minute), nil)
 	if err != nil || len(lost) != 0 {
 		t.Errorf("Renew of no names = %q, %v; want none, nil", lost, err)
 	}

@@ -93,7 +93,7 @@ const (
 // (SKIP LOCKED), so one row held by a slow transaction cannot hold back
 // the others' renewal; the locked ones are extended when their
 // transactions end.
-func (d *DB) Renew(ctx context.Context, owner string, expiry time.Time, names []string) ([]string, error) {
+func (d *DB) Renew(ctx context.Context, owner string, now, expiry time.Time, names []string) ([]string, error) {
 	if owner == "" {
 		return nil, d.errorf("renew: empty owner")
 	}

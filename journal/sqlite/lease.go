@@ -64,7 +64,7 @@ func (d *DB) Acquire(ctx context.Context, name, owner string, now, expiry time.T
 // Renew extends to expiry the leases owner holds on names, in one
 // statement, and returns, in the order given, the names whose lease owner
 // does not hold (unknown names included). It changes no other field.
-func (d *DB) Renew(ctx context.Context, owner string, expiry time.Time, names []string) ([]string, error) {
+func (d *DB) Renew(ctx context.Context, owner string, now, expiry time.Time, names []string) ([]string, error) {
 	if owner == "" {
 		return nil, d.errorf("renew: empty owner")
 	}
