@@ -112,9 +112,14 @@ type Provisioner struct {
 	tracerProvider trace.TracerProvider
 	tracer         trace.Tracer
 
-	mu      sync.Mutex
-	held    map[string]int      // VM name → number of drivers holding its lease
-	running map[string]*running // in-process drivers, for Delete
+	mu   sync.Mutex
+	held map[string]int // VM name → number of drivers holding its lease
+	// leases is what the journal last confirmed of the leases held (see
+	// lease.go); leaseMargin is the least time a lease must have left for
+	// a fenced call to go out (WithLeaseMargin).
+	leases      map[string]*lease
+	leaseMargin time.Duration
+	running     map[string]*running // in-process drivers, for Delete
 	// background bounds the drivers RecoverInBackground leaves running:
 	// Close cancels it (cause ErrClosed) and waits for bgDrivers.
 	background context.Context
@@ -178,6 +183,15 @@ func WithOwner(owner string) Option { return func(p *Provisioner) { p.owner = ow
 // WithLeaseTTL sets how long a lease lasts without renewal (default 30s);
 // the heartbeat renews it every third of that.
 func WithLeaseTTL(d time.Duration) Option { return func(p *Provisioner) { p.leaseTTL = d } }
+
+// WithLeaseMargin sets how long a VM's lease must still be valid, on this
+// process's clock from the last renewal the journal confirmed, for a cloud
+// call or a remote command of the VM to go out (default a third of the
+// TTL). A lease with less left is renewed first; it must be shorter than
+// the TTL. A process paused for longer than the margin between the check
+// and the send may send after another process took the VM over: see
+// docs/journal.md, "Fenced leases".
+func WithLeaseMargin(d time.Duration) Option { return func(p *Provisioner) { p.leaseMargin = d } }
 
 // WithMaxOffers bounds the offers tried per VM (default 8).
 func WithMaxOffers(n int) Option { return func(p *Provisioner) { p.maxOffers = n } }
@@ -276,12 +290,22 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 		hostKeys:     true,
 		sshUser:      "root",
 		held:         map[string]int{},
+		leases:       map[string]*lease{},
 	}
 	for _, o := range opts {
 		o(p)
 	}
 	if p.owner == "" {
 		p.owner = defaultOwner()
+	}
+	if p.leaseTTL <= 0 {
+		return nil, fmt.Errorf("gpuprov: WithLeaseTTL(%v): the TTL must be positive", p.leaseTTL)
+	}
+	if p.leaseMargin == 0 {
+		p.leaseMargin = p.leaseTTL / 3
+	}
+	if p.leaseMargin < 0 || p.leaseMargin >= p.leaseTTL {
+		return nil, fmt.Errorf("gpuprov: WithLeaseMargin(%v): the margin must be positive and shorter than the lease TTL (%v)", p.leaseMargin, p.leaseTTL)
 	}
 	p.initTracer()
 	for _, name := range p.Providers() {
@@ -461,72 +485,3 @@ func defaultOwner() string {
 }
 
 func sortedKeys(m map[string]bool) []string { return slices.Sorted(maps.Keys(m)) }
-
-// hold registers a lease this process must keep renewing.
-func (p *Provisioner) hold(name string) {
-	p.mu.Lock()
-	p.held[name]++
-	p.mu.Unlock()
-}
-
-// claim holds name for a driver unless a driver of this process holds it
-// already: leases are per process, so only this keeps two drivers of one
-// process (a Launch and a Recover, say) off one VM.
-func (p *Provisioner) claim(name string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.held[name] > 0 {
-		return false
-	}
-	p.held[name]++
-	return true
-}
-
-// release stops renewing the lease and, when free is set, frees it in the
-// journal (a driver that ended the VM freed it in its last write already).
-func (p *Provisioner) release(name string, free bool) {
-	p.mu.Lock()
-	p.held[name]--
-	last := p.held[name] <= 0
-	if last {
-		delete(p.held, name)
-	}
-	p.mu.Unlock()
-	if last && free {
-		// A detached context: releasing must happen even when the caller gave up.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := p.j.Release(ctx, name, p.owner); err != nil {
-			p.log.Warn("releasing lease", "vm", name, "err", err)
-		}
-	}
-}
-
-func (p *Provisioner) heartbeat() {
-	defer close(p.hbDone)
-	for {
-		t := p.clock.NewTimer(p.leaseTTL / 3)
-		select {
-		case <-p.stopHB:
-			t.Stop()
-			return
-		case <-t.C():
-		}
-		p.mu.Lock()
-		names := slices.Collect(maps.Keys(p.held))
-		p.mu.Unlock()
-		if len(names) == 0 {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		now := p.clock.Now()
-		lost, err := p.j.Renew(ctx, p.owner, now, now.Add(p.leaseTTL), names)
-		cancel()
-		if err != nil {
-			p.log.Warn("renewing leases", "err", err)
-		}
-		for _, n := range lost {
-			p.log.Warn("lease lost; another process drives the VM now", "vm", n)
-		}
-	}
-}

@@ -87,6 +87,7 @@ func (p *Provisioner) launchNode(ctx context.Context, req Request, cn clusterNod
 		}
 		return nil, err
 	}
+	p.grant(req.Name, now)
 	return p.drive(ctx, d)
 }
 
@@ -96,8 +97,8 @@ func (p *Provisioner) drive(ctx context.Context, d *driver) (*VM, error) {
 	if ctx.Value(backgroundKey{}) != nil {
 		d.background = true
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(p.fenced(ctx, d.row.Name))
+	defer cancel(nil)
 	done := p.track(d.row.Name, cancel)
 	// Released before done says so: a Delete that cancelled this driver
 	// and waits for it then finds the VM free to claim.
@@ -107,7 +108,7 @@ func (p *Provisioner) drive(ctx context.Context, d *driver) (*VM, error) {
 }
 
 // track registers an in-process driver so Delete can stop it first.
-func (p *Provisioner) track(name string, cancel context.CancelFunc) func() {
+func (p *Provisioner) track(name string, cancel context.CancelCauseFunc) func() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.running == nil {
@@ -126,7 +127,7 @@ func (p *Provisioner) track(name string, cancel context.CancelFunc) func() {
 }
 
 type running struct {
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	done   chan struct{}
 }
 
@@ -240,7 +241,7 @@ func (p *Provisioner) deleteIf(ctx context.Context, name string, cond func(journ
 		if r == nil {
 			return errorf("VM %s: %w (by this process; try again)", name, ErrBusy)
 		}
-		r.cancel()
+		r.cancel(nil)
 		select {
 		case <-r.done:
 		case <-ctx.Done():
@@ -269,7 +270,7 @@ func (p *Provisioner) deleteIf(ctx context.Context, name string, cond func(journ
 	if err := d.commit(ctx, &journal.Step{Update: &d.row, Events: []journal.Event{{Type: EvDeleting, Message: why}}}); err != nil {
 		return err
 	}
-	return d.finishDelete(ctx)
+	return d.finishDelete(p.fenced(ctx, name))
 }
 
 // acquire takes the VM's lease for this process, taking over from an owner
@@ -295,6 +296,7 @@ func (p *Provisioner) acquireFrom(ctx context.Context, row journal.VM, ownerDead
 	if err != nil {
 		return journal.VM{}, vmError(row.Name, err)
 	}
+	p.grant(row.Name, now)
 	return got, nil
 }
 

@@ -141,6 +141,11 @@ func (pp *paced) turn(ctx context.Context) error {
 			return err
 		}
 	}
+	// The fence is judged now, after every wait: a lease that ran out
+	// while the call waited for its turn stops it here.
+	if err := checkFence(ctx); err != nil {
+		return err
+	}
 	if s != nil && pp.perRequest {
 		s.sent.Store(true) // the provider sends its request now
 	}

@@ -47,7 +47,7 @@ func (d *driver) nodePhases(ctx context.Context, a *journal.Attempt) error {
 		if err != nil {
 			return &phaseError{PhaseConnect, err}
 		}
-		d.conn = conn
+		d.conn = fencedConn{conn}
 		if d.row.HostKey == "" && conn.HostKey() != "" {
 			d.row.HostKey, a.HostKey = conn.HostKey(), conn.HostKey()
 			if err := d.commit(ctx, &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a},
