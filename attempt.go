@@ -239,6 +239,11 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 				return err
 			}
 			cctx = withStopper(ctx, st)
+		} else {
+			// A resend keeps its place: it goes ahead of the first sends
+			// queued behind it (as listings do), so a transient error
+			// costs a backoff, not the account's whole queue again.
+			cctx = withPriority(ctx)
 		}
 		var id string
 		g := &granted{}
