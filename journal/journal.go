@@ -396,6 +396,21 @@ type LeaseClock interface {
 	LeaseNow(ctx context.Context) (time.Time, error)
 }
 
+// Members is implemented by a backend that several processes share: each
+// process beats with its id and the accounts (cloud provider names) it
+// paces, and learns how many live processes pace each, so that replicas
+// split an account's API rate instead of each sending all of it.
+type Members interface {
+	// Beat upserts member's row (its accounts, live until expiry) and
+	// returns, for each of accounts, the number of members whose row is
+	// live at now and lists that account, the caller included. A backend
+	// with a LeaseClock judges "live" on its own clock and measures the
+	// row's life as expiry − now from it.
+	Beat(ctx context.Context, member string, accounts []string, now, expiry time.Time) (live map[string]int, err error)
+	// Leave deletes member's row.
+	Leave(ctx context.Context, member string) error
+}
+
 // Opener opens a journal from its URL (the whole URL, scheme included).
 type Opener func(ctx context.Context, url string) (Journal, error)
 
