@@ -128,7 +128,11 @@ type Provisioner struct {
 	closed     bool
 	stopHB     chan struct{}
 	hbDone     chan struct{}
-	pending    []error // option errors
+	// stopShare ends the beats that share the accounts' rates with other
+	// replicas (members.go); nil when the journal has no Members.
+	stopShare chan struct{}
+	shareDone chan struct{}
+	pending   []error // option errors
 }
 
 // Option configures a Provisioner.
@@ -331,6 +335,14 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 	}
 	p.stopHB, p.hbDone = make(chan struct{}), make(chan struct{})
 	go p.heartbeat()
+	if m, ok := j.(journal.Members); ok {
+		if accounts := p.pacedAccounts(); len(accounts) > 0 {
+			// The first share is known before the first call.
+			p.beat(m, accounts)
+			p.stopShare, p.shareDone = make(chan struct{}), make(chan struct{})
+			go p.shareRates(m, accounts, p.stopShare, p.shareDone)
+		}
+	}
 	if p.reapEvery > 0 {
 		var rctx context.Context
 		rctx, p.stopReap = context.WithCancel(context.Background())
@@ -458,6 +470,10 @@ func (p *Provisioner) Close() error {
 	p.bgDrivers.Wait()
 	close(p.stopHB)
 	<-p.hbDone
+	if p.stopShare != nil {
+		close(p.stopShare)
+		<-p.shareDone
+	}
 	close(p.closing)
 	p.lingering.Wait()
 	return nil

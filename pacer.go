@@ -3,6 +3,7 @@ package gpuprov
 import (
 	"container/list"
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -25,6 +26,11 @@ type pacer struct {
 	clk   clock.Clock
 	every time.Duration // the time one token takes to come back
 	burst float64
+	// base is the account's whole rate and burst; every and burst are
+	// this process's share of it (setShare).
+	baseEvery time.Duration
+	baseBurst float64
+	share     int
 
 	mu     sync.Mutex
 	tokens float64
@@ -53,9 +59,27 @@ type turn struct {
 }
 
 func newPacer(clk clock.Clock, perSecond float64, burst int) *pacer {
-	pc := &pacer{clk: clk, every: time.Duration(float64(time.Second) / perSecond), burst: float64(burst)}
+	pc := &pacer{clk: clk, every: time.Duration(float64(time.Second) / perSecond), burst: float64(burst), share: 1}
+	pc.baseEvery, pc.baseBurst = pc.every, pc.burst
 	pc.tokens, pc.last = pc.burst, clk.Now()
 	return pc
+}
+
+// setShare makes the pacer send 1/n of the account's rate, with 1/n of its
+// burst (at least one): n processes pace the account (see members.go). The
+// tokens that came back so far are counted at the old rate.
+func (pc *pacer) setShare(n int) {
+	n = max(n, 1)
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if n == pc.share {
+		return
+	}
+	pc.refill(pc.clk.Now())
+	pc.share = n
+	pc.every = pc.baseEvery * time.Duration(n)
+	pc.burst = max(1, math.Floor(pc.baseBurst/float64(n)))
+	pc.tokens = min(pc.tokens, pc.burst)
 }
 
 // refill adds the tokens that came back since the last count. pc.mu is
