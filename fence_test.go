@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,6 +58,12 @@ type fenceWorld struct {
 }
 
 func newFenceWorld(t *testing.T) *fenceWorld {
+	return newFenceWorldWith(t, func(f *pt.Fake) provider.CloudProvider { return slowAccount{f} })
+}
+
+// newFenceWorldWith builds a fenceWorld whose replica a uses the cloud
+// through aCloud, with aOpts.
+func newFenceWorldWith(t *testing.T, aCloud func(*pt.Fake) provider.CloudProvider, aOpts ...gpuprov.Option) *fenceWorld {
 	t.Helper()
 	clk := clock.NewFake(t0)
 	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
@@ -68,16 +75,16 @@ func newFenceWorld(t *testing.T) *fenceWorld {
 	f.Idempotent = false
 	f.Installation = db.Installation()
 	w := &fenceWorld{t: t, clk: clk, f: f, j: db, aj: &cutOff{Journal: db}}
-	newP := func(j journal.Journal, owner string, cp provider.CloudProvider) *gpuprov.Provisioner {
-		p, err := gpuprov.New(j, gpuprov.WithClock(clk), gpuprov.WithOwner(owner), gpuprov.WithProvider(cp),
-			gpuprov.WithLeaseTTL(30*time.Second), gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1))
+	newP := func(j journal.Journal, owner string, cp provider.CloudProvider, opts ...gpuprov.Option) *gpuprov.Provisioner {
+		p, err := gpuprov.New(j, append([]gpuprov.Option{gpuprov.WithClock(clk), gpuprov.WithOwner(owner), gpuprov.WithProvider(cp),
+			gpuprov.WithLeaseTTL(30*time.Second), gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1)}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })
 		return p
 	}
-	w.a = newP(w.aj, "replica-a", slowAccount{f})
+	w.a = newP(w.aj, "replica-a", aCloud(f), aOpts...)
 	w.b = newP(db, "replica-b", f)
 	return w
 }
@@ -209,5 +216,92 @@ func TestUnconfirmedLeaseWaitsForTheJournal(t *testing.T) {
 	}
 	if live := w.f.Live(); len(live) != 1 {
 		t.Errorf("%d instances live, want 1: %+v", len(live), live)
+	}
+}
+
+// gatedBootstrap runs one command, says when its context ends, waits for
+// the test to open gate (like a step that finishes what it started), then
+// tries a second command.
+type gatedBootstrap struct {
+	in, cancelled, gate chan struct{}
+	second              chan error
+}
+
+func (b *gatedBootstrap) Bootstrap(ctx context.Context, n gpuprov.Node, c gpuprov.Conn) error {
+	if _, _, err := c.Run(ctx, "step 1"); err != nil {
+		return err
+	}
+	close(b.in)
+	<-ctx.Done()
+	close(b.cancelled)
+	<-b.gate
+	_, _, err := c.Run(ctx, "step 2")
+	b.second <- err
+	return err
+}
+
+// A lease the journal reports lost ends the driver at once: the heartbeat's
+// answer cancels it, its next remote command is refused, and it tears
+// nothing down (the new owner drives the VM).
+func TestLostLeaseStopsTheDriver(t *testing.T) {
+	nodes := newFakeNodes()
+	boot := &gatedBootstrap{in: make(chan struct{}), cancelled: make(chan struct{}), gate: make(chan struct{}), second: make(chan error, 1)}
+	w := newFenceWorldWith(t, func(f *pt.Fake) provider.CloudProvider { return f },
+		gpuprov.WithConnector(nodes), gpuprov.WithBootstrapper(boot))
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.a.Launch(ctx, gpuprov.Request{Name: "train", GPU: "H100", Timeout: time.Hour})
+		done <- err
+	}()
+	w.until("a's bootstrap to start", func() bool {
+		select {
+		case <-boot.in:
+			return true
+		default:
+			w.clk.Advance(100 * time.Millisecond) // a's boot polls
+			return false
+		}
+	})
+	// b takes the VM over (it proved a dead, say): a's lease is gone.
+	if _, err := w.j.Acquire(ctx, "train", "replica-b", w.clk.Now(), w.clk.Now().Add(time.Minute), "replica-a"); err != nil {
+		t.Fatal(err)
+	}
+	w.clk.Advance(10 * time.Second) // a's heartbeat
+	w.until("the heartbeat's answer to cancel a's driver", func() bool {
+		select {
+		case <-boot.cancelled:
+			return true
+		default:
+			return false
+		}
+	})
+	close(boot.gate)
+	if err := <-boot.second; !errors.Is(err, journal.ErrLeaseLost) {
+		t.Errorf("a's second remote command: %v, want refused with ErrLeaseLost", err)
+	}
+	var err error
+	w.until("a's launch to end", func() bool {
+		select {
+		case err = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if !errors.Is(err, journal.ErrLeaseLost) {
+		t.Errorf("a's Launch: %v, want ErrLeaseLost", err)
+	}
+	nodes.mu.Lock()
+	log := slices.Clone(nodes.log)
+	nodes.mu.Unlock()
+	if slices.Contains(log, "train: run step 2") || !slices.Contains(log, "train: run step 1") {
+		t.Errorf("remote commands %q, want step 1 only", log)
+	}
+	if dels := w.f.Calls(pt.OpDelete); len(dels) != 0 {
+		t.Errorf("a tore down after losing its lease: %+v", dels)
+	}
+	if v := w.vm(); v.Owner != "replica-b" {
+		t.Errorf("VM owner %q, want replica-b", v.Owner)
 	}
 }
