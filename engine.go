@@ -30,7 +30,13 @@ const (
 // written ahead), so it stops at once and leaves the rest to Recover.
 type journalError struct{ err error }
 
-func (e *journalError) Error() string { return "gpuprov: journal write failed: " + e.err.Error() }
+func (e *journalError) Error() string {
+	if errors.Is(e.err, journal.ErrUnreachable) {
+		// The backend's text says "journal unreachable" and why.
+		return "gpuprov: " + e.err.Error()
+	}
+	return "gpuprov: journal write failed: " + e.err.Error()
+}
 func (e *journalError) Unwrap() error { return e.err }
 
 // phaseError is a failure of the core's own phases (connect, bootstrap,

@@ -53,6 +53,11 @@ var (
 	// ErrLeased: Acquire found the lease held by a live owner. The error is
 	// a *LeasedError naming the holder.
 	ErrLeased = errors.New("journal: VM is leased by another owner")
+	// ErrUnreachable: the journal cannot be read or written now — its
+	// server does not answer or refused the connection, or its disk is
+	// full — and may be later. Whether a write that failed so was committed
+	// is unknown. Backends wrap the underlying error with it.
+	ErrUnreachable = errors.New("journal unreachable")
 )
 
 // LeasedError says who holds a lease. errors.Is(err, ErrLeased) is true.
