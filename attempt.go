@@ -228,7 +228,7 @@ func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *jo
 				return err
 			}
 		}
-		cctx := ctx
+		var cctx context.Context
 		var st *stopper
 		if n == 0 && !observeFirst {
 			// Another VM may find the offer out of stock while this one
