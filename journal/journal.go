@@ -273,7 +273,9 @@ type Step struct {
 	// Create inserts a new VM. It fails with ErrExists if a VM of that name
 	// exists and is not terminal; a terminal VM of that name is replaced
 	// (its attempts are removed; its events stay in the log). Create.Version
-	// is set to 1.
+	// is set to 1. A backend with a LeaseClock holds a Create's lease (an
+	// Owner and a LeaseExpiry) for LeaseExpiry − CreatedAt from its own now,
+	// and sets Create.LeaseExpiry to the expiry it stored.
 	Create *VM
 	// Update writes a VM conditionally: it fails with ErrLeaseLost if the
 	// stored Owner differs from Update.Owner, else with ErrConflict if the
@@ -479,7 +481,8 @@ type PruneOptions struct {
 	// A zero Before removes no VM, and neither does a zero EndedAt.
 	Before time.Time
 	// Now: blocks whose Until is not after Now are removed. A VM whose lease is live at Now (an Owner and a
-	// LeaseExpiry after Now) is kept. A zero Now removes no block.
+	// LeaseExpiry after Now) is kept; a backend with a LeaseClock judges the lease by its own clock instead.
+	// A zero Now removes no block.
 	Now time.Time
 	// Batch bounds the VMs removed per transaction (0: 500), so that a prune never holds the journal's write lock for long and launches go on beside it.
 	Batch int

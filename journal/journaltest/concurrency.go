@@ -53,7 +53,7 @@ func contestAcquire(t *testing.T, js []journal.Journal) {
 		name := fmt.Sprintf("vm-contest-%d", r)
 		v := newVM(name)
 		if r%2 == 1 {
-			v.Owner, v.LeaseExpiry = "gone", at(-time.Second)
+			clockOf(js[0]).lease(&v, "gone", -time.Second)
 		}
 		create(t, js[0], v)
 

@@ -96,14 +96,25 @@ func commit(t *testing.T, j journal.Journal, s *journal.Step) {
 	}
 }
 
-// create commits the creation of v and returns it as stored (Version 1).
+// create commits the creation of v and returns it as stored (Version 1). A
+// lease v holds (an Owner and a LeaseExpiry) must be stored as given, or,
+// on a journal with a LeaseClock, for LeaseExpiry − CreatedAt from the
+// journal's clock, with that expiry written back into the Step's VM.
 func create(t *testing.T, j journal.Journal, v journal.VM) journal.VM {
 	t.Helper()
-	commit(t, j, &journal.Step{Create: &v})
+	given := v
+	s := clockOf(j).around(t, v.CreatedAt, func() { commit(t, j, &journal.Step{Create: &v}) })
 	if v.Version != 1 {
 		t.Fatalf("Create: Version of the Step's VM is %d after Commit, want 1", v.Version)
 	}
-	return getVM(t, j, v.Name)
+	got := getVM(t, j, v.Name)
+	if given.Owner != "" && !given.LeaseExpiry.IsZero() {
+		s.check(t, "lease stored by Create", got.LeaseExpiry, given.LeaseExpiry.Sub(given.CreatedAt))
+		if !v.LeaseExpiry.Equal(got.LeaseExpiry) {
+			t.Errorf("Create: LeaseExpiry of the Step's VM is %v after Commit, the stored one %v", v.LeaseExpiry, got.LeaseExpiry)
+		}
+	}
+	return got
 }
 
 // getVM returns the stored VM and fails the test if there is none.

@@ -39,6 +39,13 @@
 //   - A lease is live while now is before its expiry: at its expiry it can
 //     be taken; a zero expiry is always expired. Acquire by the holder
 //     moves the expiry to the one given, earlier or later.
+//   - On a backend with a journal.LeaseClock, "now" is the backend's clock
+//     and a lease is granted as a length (expiry − now, LeaseExpiry −
+//     CreatedAt for a Create) from it; a Create writes the expiry it stored
+//     back into Create.LeaseExpiry. The kit checks each granted expiry
+//     against LeaseNow readings taken before and after the call, and writes
+//     an expired lease as a length already over and a live one as a long
+//     one; on the caller's clock it checks the exact times.
 //   - Acquire, Renew and Release change neither Version nor any field but
 //     the lease fields; Update as the stored owner succeeds even if the
 //     lease has expired, as long as no one took it over.
@@ -54,6 +61,10 @@
 //   - Pruning (journal.Pruner) is optional: the Prune tests skip a journal
 //     that does not implement it. A VM ending exactly at Before, or with a
 //     zero EndedAt, is kept; a block whose Until is zero is expired.
+//   - Members (journal.Members) is optional too. Beat answers an entry for
+//     every account it is given, an account listed twice counting once; a
+//     caller whose own row is not live (its expiry not after its now) does
+//     not count itself; Leave of a member with no row returns nil.
 package journaltest
 
 import (
@@ -121,8 +132,10 @@ func RunOpener(t *testing.T, o Opener) {
 		{"PruneEmpty", false, testPruneEmpty},
 		{"PruneCanceled", false, testPruneCanceled},
 		{"PruneBesideWrites", false, testPruneBesideWrites},
+		{"Members", false, testMembers},
 		{"Reopen", true, testReopen},
 		{"TwoHandles", true, testTwoHandles},
+		{"MembersTwoHandles", true, testMembersTwoHandles},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,30 +15,40 @@ import (
 // fields change.
 func testAcquire(t *testing.T, h *harness) {
 	for _, tc := range []struct {
-		name   string
-		owner  string        // stored
-		expiry time.Time     // stored
-		dead   []string      // passed to Acquire by "me" at t0
-		want   error         // nil: "me" wins
-		vm     string        // default vm-a
-		until  time.Duration // the expiry "me" asks for, from t0
+		name  string
+		owner string        // stored
+		lease time.Duration // the stored lease ends this long after the kit's now
+		live  bool          // ... and is meant to be live: see leaseClock.live
+		zero  bool          // the stored lease has a zero expiry
+		dead  []string      // passed to Acquire by "me" at t0
+		want  error         // nil: "me" wins
+		vm    string        // default vm-a
+		until time.Duration // the expiry "me" asks for, from t0
 	}{
-		{name: "free", owner: "", expiry: time.Time{}},
-		{name: "free with a stale expiry", owner: "", expiry: at(time.Hour)},
-		{name: "own, extended", owner: "me", expiry: at(time.Second), until: time.Hour},
-		{name: "own, shortened", owner: "me", expiry: at(time.Hour), until: time.Second},
-		{name: "expired", owner: "other", expiry: at(-time.Second)},
-		{name: "expires now", owner: "other", expiry: t0},
-		{name: "zero expiry", owner: "other", expiry: time.Time{}},
-		{name: "dead owner", owner: "other", expiry: at(time.Hour), dead: []string{"ghost", "other"}},
-		{name: "live owner", owner: "other", expiry: at(time.Nanosecond), want: journal.ErrLeased},
-		{name: "live owner, others dead", owner: "other", expiry: at(time.Hour), dead: []string{"ghost", "me"}, want: journal.ErrLeased},
+		{name: "free", owner: "", zero: true},
+		{name: "free with a stale expiry", owner: "", lease: time.Hour},
+		{name: "own, extended", owner: "me", lease: time.Second, until: time.Hour},
+		{name: "own, shortened", owner: "me", lease: time.Hour, until: time.Second},
+		{name: "expired", owner: "other", lease: -time.Second},
+		{name: "expires now", owner: "other", lease: 0},
+		{name: "zero expiry", owner: "other", zero: true},
+		{name: "dead owner", owner: "other", lease: time.Hour, dead: []string{"ghost", "other"}},
+		{name: "live owner", owner: "other", lease: time.Nanosecond, live: true, want: journal.ErrLeased},
+		{name: "live owner, others dead", owner: "other", lease: time.Hour, live: true, dead: []string{"ghost", "me"}, want: journal.ErrLeased},
 		{name: "unknown VM", vm: "vm-nope", want: journal.ErrNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := h.journal()
+			c := clockOf(j)
 			v := newVM("vm-a")
-			v.Owner, v.LeaseExpiry = tc.owner, tc.expiry
+			lease := tc.lease
+			if tc.live {
+				lease = c.live(lease)
+			}
+			c.lease(&v, tc.owner, lease)
+			if tc.zero {
+				v.LeaseExpiry = time.Time{}
+			}
 			stored := create(t, j, v)
 			u := stored
 			u.Phase = "boot"
@@ -53,13 +63,18 @@ func testAcquire(t *testing.T, h *harness) {
 			if until == 0 {
 				until = time.Minute
 			}
-			got, err := j.Acquire(ctx, name, "me", t0, at(until), tc.dead...)
+			var (
+				got journal.VM
+				err error
+			)
+			s := c.around(t, t0, func() { got, err = j.Acquire(ctx, name, "me", t0, at(until), tc.dead...) })
 			if tc.want == nil {
 				if err != nil {
 					t.Fatalf("Acquire: %v, want success", err)
 				}
+				s.check(t, "lease granted by Acquire", got.LeaseExpiry, until)
 				want := stored
-				want.Owner, want.LeaseExpiry = "me", at(until)
+				want.Owner, want.LeaseExpiry = "me", got.LeaseExpiry
 				equal(t, "VM returned by Acquire", got, want)
 				equal(t, "VM stored after Acquire", getVM(t, j, "vm-a"), want)
 				return
@@ -72,8 +87,12 @@ func testAcquire(t *testing.T, h *harness) {
 				if !errors.As(err, &le) {
 					t.Fatalf("Acquire: err = %v (%T), want a *journal.LeasedError", err, err)
 				}
-				if le.VM != "vm-a" || le.Owner != tc.owner || !le.Expiry.Equal(tc.expiry) {
-					t.Errorf("LeasedError = {VM %q Owner %q Expiry %v}, want {vm-a %q %v}", le.VM, le.Owner, le.Expiry, tc.owner, tc.expiry)
+				want := v.LeaseExpiry // as given: on the caller's clock, the kit's time
+				if c.own() {
+					want = stored.LeaseExpiry
+				}
+				if le.VM != "vm-a" || le.Owner != tc.owner || !le.Expiry.Equal(want) {
+					t.Errorf("LeasedError = {VM %q Owner %q Expiry %v}, want {vm-a %q %v}", le.VM, le.Owner, le.Expiry, tc.owner, want)
 				}
 			}
 			equal(t, "VM stored after a failed Acquire", getVM(t, j, "vm-a"), stored)
@@ -86,7 +105,7 @@ func testAcquire(t *testing.T, h *harness) {
 func testAcquireThenUpdate(t *testing.T, h *harness) {
 	j := h.journal()
 	v := newVM("vm-a")
-	v.Owner, v.LeaseExpiry = "old", at(-time.Second)
+	clockOf(j).lease(&v, "old", -time.Second)
 	old := create(t, j, v)
 
 	got, err := j.Acquire(ctx, "vm-a", "new", t0, at(time.Minute))
@@ -111,22 +130,31 @@ func testAcquireThenUpdate(t *testing.T, h *harness) {
 // the others in the order given; it touches nothing else.
 func testRenew(t *testing.T, h *harness) {
 	j := h.journal()
+	c := clockOf(j)
 	stored := map[string]journal.VM{}
-	for _, c := range []struct {
+	for _, l := range []struct {
 		name, owner string
-		expiry      time.Time
+		lease       time.Duration
 	}{
-		{"vm-a", "o1", at(time.Minute)},
-		{"vm-b", "o1", at(-time.Minute)}, // expired, but nobody took it: still o1's
-		{"vm-c", "o1", at(time.Minute)},  // not named: untouched
-		{"vm-d", "o2", at(time.Minute)},
-		{"vm-e", "", time.Time{}},
+		{"vm-a", "o1", time.Minute},
+		{"vm-b", "o1", -time.Minute}, // expired, but nobody took it: still o1's
+		{"vm-c", "o1", time.Minute},  // not named: untouched
+		{"vm-d", "o2", time.Minute},
+		{"vm-e", "", 0},
 	} {
-		v := newVM(c.name)
-		v.Owner, v.LeaseExpiry = c.owner, c.expiry
-		stored[c.name] = create(t, j, v)
+		v := newVM(l.name)
+		if l.owner != "" {
+			c.lease(&v, l.owner, l.lease)
+		}
+		stored[l.name] = create(t, j, v)
 	}
-	lost, err := j.Renew(ctx, "o1", at(0), at(10*time.Minute), []string{"vm-e", "vm-a", "vm-d", "vm-b", "vm-zz"})
+	var (
+		lost []string
+		err  error
+	)
+	s := c.around(t, at(0), func() {
+		lost, err = j.Renew(ctx, "o1", at(0), at(10*time.Minute), []string{"vm-e", "vm-a", "vm-d", "vm-b", "vm-zz"})
+	})
 	if err != nil {
 		t.Fatalf("Renew: %v", err)
 	}
@@ -134,10 +162,12 @@ func testRenew(t *testing.T, h *harness) {
 		t.Errorf("Renew lost %q, want %q", lost, want)
 	}
 	for name, v := range stored {
+		got := getVM(t, j, name)
 		if name == "vm-a" || name == "vm-b" {
-			v.LeaseExpiry = at(10 * time.Minute)
+			s.check(t, "lease of "+name+" renewed", got.LeaseExpiry, 10*time.Minute)
+			v.LeaseExpiry = got.LeaseExpiry
 		}
-		equal(t, "VM after Renew", getVM(t, j, name), v)
+		equal(t, "VM after Renew", got, v)
 	}
 
 	lost, err = j.Renew(ctx, "o1", at(0), at(20*time.Minute), nil)

@@ -93,8 +93,11 @@ func testPrune(t *testing.T, h *harness) {
 	j := h.journal()
 	p := pruner(t, j)
 
-	withLease := func(v journal.VM, owner string, expiry time.Time) journal.VM {
-		v.Owner, v.LeaseExpiry = owner, expiry
+	c := clockOf(j)
+	// withLease gives v a lease ending d after Now (on a journal with a
+	// LeaseClock, after its own now: see leaseClock).
+	withLease := func(v journal.VM, owner string, d time.Duration) journal.VM {
+		c.lease(&v, owner, d)
 		return v
 	}
 	removed := []journal.VM{
@@ -102,14 +105,14 @@ func testPrune(t *testing.T, h *harness) {
 		ended("old-failed", journal.StateFailed, longAgo),
 		ended("just-before", journal.StateDeleted, pruneBefore.Add(-time.Nanosecond)),
 		// A lease that has expired at Now is held by no one.
-		withLease(ended("lease-expired", journal.StateDeleted, longAgo), "gone-owner", at(-time.Minute)),
-		withLease(ended("lease-ends-now", journal.StateFailed, longAgo), "gone-owner", t0),
+		withLease(ended("lease-expired", journal.StateDeleted, longAgo), "gone-owner", -time.Minute),
+		withLease(ended("lease-ends-now", journal.StateFailed, longAgo), "gone-owner", 0),
 	}
 	kept := []journal.VM{
 		ended("recent-deleted", journal.StateDeleted, at(-time.Hour)),
 		ended("ended-at-before", journal.StateDeleted, pruneBefore),
 		ended("no-end-time", journal.StateDeleted, time.Time{}),
-		withLease(ended("leased", journal.StateDeleted, longAgo), "o1", at(time.Nanosecond)),
+		withLease(ended("leased", journal.StateDeleted, longAgo), "o1", c.live(time.Nanosecond)),
 	}
 	// Active and ready VMs stay whatever their EndedAt says.
 	for _, s := range []journal.VMState{journal.StatePending, journal.StateProvisioning, journal.StateWaiting,

@@ -9,18 +9,22 @@ import (
 	"github.com/org/gpuprov/journal"
 )
 
-// testCreateGet: Create stores every field as given (its lease fields too)
-// with Version 1, and GetVM reads it back; an unknown name is ErrNotFound.
+// testCreateGet: Create stores every field as given (its lease fields too;
+// on a journal with a LeaseClock, the lease as a length from its clock,
+// written back into Create.LeaseExpiry) with Version 1, and GetVM reads it
+// back; an unknown name is ErrNotFound.
 func testCreateGet(t *testing.T, h *harness) {
 	j := h.journal()
+	c := clockOf(j)
 	v := newVM("vm-a")
 	v.Owner, v.LeaseExpiry = "host1/42/start", at(time.Minute)
 	v.Version = 77 // Create sets it to 1 whatever it was
 	s := &journal.Step{Create: &v}
-	commit(t, j, s)
+	span := c.around(t, v.CreatedAt, func() { commit(t, j, s) })
 	if v.Version != 1 {
 		t.Errorf("after Commit, Create.Version = %d, want 1", v.Version)
 	}
+	span.check(t, "Create.LeaseExpiry after Commit", v.LeaseExpiry, at(time.Minute).Sub(v.CreatedAt))
 	equal(t, "GetVM after Create", getVM(t, j, "vm-a"), v)
 
 	if _, err := j.GetVM(ctx, "vm-nope"); !errors.Is(err, journal.ErrNotFound) {
@@ -190,11 +194,11 @@ func testUpdate(t *testing.T, h *harness) {
 	if u.Version != 2 {
 		t.Errorf("after Update, the given Version = %d, want 2", u.Version)
 	}
-	if !u.LeaseExpiry.Equal(at(time.Minute)) {
-		t.Errorf("after Update, the given LeaseExpiry = %v, want the stored %v", u.LeaseExpiry, at(time.Minute))
+	if !u.LeaseExpiry.Equal(stored.LeaseExpiry) {
+		t.Errorf("after Update, the given LeaseExpiry = %v, want the stored %v", u.LeaseExpiry, stored.LeaseExpiry)
 	}
 	want := u
-	want.LeaseExpiry = at(time.Minute)
+	want.LeaseExpiry = stored.LeaseExpiry
 	equal(t, "VM after Update", getVM(t, j, "vm-a"), want)
 
 	u.Phase = "again"

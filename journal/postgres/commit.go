@@ -12,32 +12,32 @@ import (
 
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/journal/internal/rowcodec"
+	"github.com/org/gpuprov/journal/internal/step"
+	"github.com/org/gpuprov/journal/internal/stmt"
 )
 
-// SQL of the statements a Step runs.
-var (
-	insertVM = "INSERT INTO " + vmsTable + " (" + strings.Join(rowcodec.VMCreateCols, ", ") + ", version) VALUES (" +
-		params(1, len(rowcodec.VMCreateCols)) + ", 1)"
-	// updateVM writes every column but the lease columns, conditional on
-	// owner and version; with $n+4 it frees the lease in the same statement.
-	updateVM = "UPDATE " + vmsTable + " SET " + assignments(rowcodec.VMWriteCols[1:], 1) + ", version = version + 1" +
-		fmt.Sprintf(", owner = CASE WHEN $%[1]d THEN '' ELSE owner END, lease_expiry = CASE WHEN $%[1]d THEN NULL ELSE lease_expiry END", len(rowcodec.VMWriteCols)+3) +
-		fmt.Sprintf(" WHERE name = $%d AND owner = $%d AND version = $%d RETURNING version, lease_expiry", len(rowcodec.VMWriteCols), len(rowcodec.VMWriteCols)+1, len(rowcodec.VMWriteCols)+2)
-	upsertAttempt = "INSERT INTO " + attemptsTable + " (" + rowcodec.AttemptCols + ") VALUES (" + params(1, len(rowcodec.Split(rowcodec.AttemptCols))) + ")" +
-		" ON CONFLICT (vm, n) DO UPDATE SET " + excludedList(rowcodec.Split(rowcodec.AttemptCols)[2:])
-	// A block replaces the stored one unless its Until is earlier (a zero
-	// Until is the earliest of all).
-	upsertBlock = "INSERT INTO " + blocksTable + " (" + rowcodec.BlockCols + ") VALUES (" + params(1, len(rowcodec.Split(rowcodec.BlockCols))) + ")" +
-		" ON CONFLICT (key) DO UPDATE SET " + excludedList(rowcodec.Split(rowcodec.BlockCols)[1:]) +
-		" WHERE " + blocksTable + ".until IS NULL OR excluded.until >= " + blocksTable + ".until"
-	liftBlock = "DELETE FROM " + blocksTable + " WHERE key = $1 AND created_at < $2"
-	// appendEvents takes the next n Seqs from the one-row counter and
-	// inserts the n events with them, in one statement: each parameter is
-	// one column of the events (see eventArrays). The UPDATE locks the
-	// counter row until the transaction ends, so appends are serialized and
-	// Seq order is commit order (see the package documentation).
-	appendEvents = appendEventsSQL()
-)
+// sqlStmts are the statements of the tables this backend shares with the
+// SQLite one (see package stmt), in PostgreSQL's dialect.
+// A Create with an Owner stores its lease as the database's clock plus its
+// length (journal.LeaseClock).
+var sqlStmts = stmt.New(stmt.Dialect{Param: stmt.Dollar, Prefix: "gpuprov_", LockRow: " FOR UPDATE",
+	Collate: ` COLLATE "C"`, In: stmt.Any, Now: dbNow})
+
+// runner prepares and applies Steps (see package step). A Create's SELECT
+// ... FOR UPDATE locks an existing row until the transaction ends; a
+// concurrent insert of the same new name fails on the primary key, which is
+// journal.ErrExists too.
+var runner = &step.Runner{Codec: codec, SQL: sqlStmts, NoRows: pgx.ErrNoRows, LeaseClock: true, Duplicate: func(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" // unique_violation
+}}
+
+// appendEvents takes the next n Seqs from the one-row counter and inserts
+// the n events with them, in one statement: each parameter is one column
+// of the events (see eventArrays). The UPDATE locks the counter row until
+// the transaction ends, so appends are serialized and Seq order is commit
+// order (see the package documentation).
+var appendEvents = appendEventsSQL()
 
 // appendEventsSQL builds appendEvents from rowcodec.EventWriteCols and the
 // Go types of codec.EventArgs, so a new event column needs no change here.
@@ -103,15 +103,6 @@ func eventArrays(rows [][]any) []any {
 	return out
 }
 
-// excludedList returns "col = excluded.col, ...".
-func excludedList(cols []string) string {
-	parts := make([]string, len(cols))
-	for i, c := range cols {
-		parts[i] = c + " = excluded." + c
-	}
-	return strings.Join(parts, ", ")
-}
-
 // maxTries bounds how often Commit runs a Step whose transaction the server
 // aborted as a deadlock or serialization failure (rolled back, so safe to
 // run again).
@@ -121,81 +112,11 @@ const maxTries = 5
 // caller's context (see Commit).
 const commitTimeout = 30 * time.Second
 
-// preparedStep is a Step checked and converted for storage, before any
-// database work, so a Step with a bad field fails without a round trip.
-type preparedStep struct {
-	s        *journal.Step
-	create   []any
-	update   []any
-	attempts [][]any
-	events   [][]any
-	blocks   [][]any
-}
-
-// stepResult is what a Step's transaction produced, written back into the
-// Step once the transaction has committed.
-type stepResult struct {
-	version  int64     // Update's new version
-	lease    time.Time // Update's stored lease expiry
-	released bool      // Update's lease was freed (Step.ReleaseLease)
-	seqs     []int64   // the Events' Seq, in order
-}
-
-func prepareStep(s *journal.Step) (*preparedStep, error) {
-	p := &preparedStep{s: s}
-	if v := s.Create; v != nil {
-		if v.Name == "" {
-			return nil, errors.New("create: VM with empty Name")
-		}
-		args, err := codec.CreateArgs(v)
-		if err != nil {
-			return nil, fmt.Errorf("create VM %s: %w", v.Name, err)
-		}
-		p.create = args
-	}
-	if v := s.Update; v != nil {
-		args, err := codec.VMArgs(v)
-		if err != nil {
-			return nil, fmt.Errorf("update VM %s: %w", v.Name, err)
-		}
-		p.update = append(args[1:], v.Name, v.Owner, v.Version, s.ReleaseLease)
-	}
-	for i := range s.Attempts {
-		a := &s.Attempts[i]
-		args, err := codec.AttemptArgs(a)
-		if err != nil {
-			return nil, fmt.Errorf("attempt %d of VM %s: %w", a.N, a.VM, err)
-		}
-		p.attempts = append(p.attempts, args)
-	}
-	for i := range s.Events {
-		e := &s.Events[i]
-		args, err := codec.EventArgs(e)
-		if err != nil {
-			return nil, fmt.Errorf("event %d (%s of VM %s): %w", i, e.Type, e.VM, err)
-		}
-		p.events = append(p.events, args)
-	}
-	for i := range s.Blocks {
-		args, err := codec.BlockArgs(&s.Blocks[i])
-		if err != nil {
-			return nil, fmt.Errorf("block %s: %w", s.Blocks[i].Key, err)
-		}
-		p.blocks = append(p.blocks, args)
-	}
-	return p, nil
-}
-
-// empty reports whether the Step writes nothing.
-func (p *preparedStep) empty() bool {
-	return p.create == nil && p.update == nil && len(p.attempts)+len(p.events)+len(p.blocks)+len(p.s.Lifts) == 0
-}
-
 // Commit applies s atomically and durably, in one transaction: all of it is
 // committed when Commit returns nil, and none of it when it returns an
 // error (but see below for a failed COMMIT). The parts run in the order
-// Create, Update, Attempts, Blocks, Events, so a Step may create a VM and
-// write its first attempt. Beyond journal.Step:
+// Create, Update, Attempts, Blocks, Lifts, Events, so a Step may create a
+// VM and write its first attempt. Beyond journal.Step:
 //
 //   - An Update of an unknown VM fails with journal.ErrNotFound; two Creates
 //     of one new name racing from two processes: one gets journal.ErrExists.
@@ -205,8 +126,12 @@ func (p *preparedStep) empty() bool {
 //   - A non-empty JSON field that is not valid JSON, or a time outside the
 //     storable range, fails the Step before anything is sent.
 //
-// The fields Commit sets in s (Create.Version, Update.Version,
-// Update.LeaseExpiry, Events[i].Seq) are set only when it returns nil.
+// A Create with an Owner and a LeaseExpiry holds its lease for LeaseExpiry −
+// CreatedAt from the database's clock (see journal.LeaseClock; a zero
+// CreatedAt is refused), and Commit sets Create.LeaseExpiry to the expiry
+// stored. The fields Commit sets in s (Create.Version, that
+// Create.LeaseExpiry, Update.Version, Update.LeaseExpiry, Events[i].Seq) are
+// set only when it returns nil.
 //
 // ctx bounds every statement but the COMMIT itself, which runs detached
 // from ctx (for up to 30s): a caller that gives up while the commit is in
@@ -219,11 +144,11 @@ func (d *DB) Commit(ctx context.Context, s *journal.Step) error {
 	if s == nil {
 		return d.errorf("commit: nil Step")
 	}
-	p, err := prepareStep(s)
+	p, err := runner.Prepare(s)
 	if err != nil {
 		return d.errorf("commit: %w", err)
 	}
-	if p.empty() {
+	if p.Empty() {
 		return nil
 	}
 	for try := 1; ; try++ {
@@ -232,7 +157,7 @@ func (d *DB) Commit(ctx context.Context, s *journal.Step) error {
 		}
 		r, err := d.commitOnce(ctx, p)
 		if err == nil {
-			p.writeBack(r)
+			p.WriteBack(r)
 			return nil
 		}
 		if try < maxTries && retryable(err) {
@@ -252,7 +177,6 @@ func retryable(err error) bool {
 // dbtx is what a Step's statements run on: a connection inside BEGIN.
 type dbtx interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
@@ -260,8 +184,8 @@ type dbtx interface {
 // the event append and the COMMIT together (one pipelined batch), so the
 // event counter's row lock, which serializes appends, is held for one round
 // trip and the commit's flush only.
-func (d *DB) commitOnce(ctx context.Context, p *preparedStep) (stepResult, error) {
-	var r stepResult
+func (d *DB) commitOnce(ctx context.Context, p *step.Prepared) (step.Result, error) {
+	var r step.Result
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return r, err
@@ -280,7 +204,7 @@ func (d *DB) commitOnce(ctx context.Context, p *preparedStep) (stepResult, error
 			cancel()
 		}
 	}()
-	if r, err = p.apply(ctx, conn); err != nil {
+	if r, err = runner.Apply(connTx{ctx, conn}, p); err != nil {
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 			err = fmt.Errorf("%w (%w)", cerr, err)
 		}
@@ -293,22 +217,22 @@ func (d *DB) commitOnce(ctx context.Context, p *preparedStep) (stepResult, error
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
 	b := &pgx.Batch{}
-	if len(p.events) > 0 {
-		b.Queue(appendEvents, eventArrays(p.events)...)
+	if len(p.Events) > 0 {
+		b.Queue(appendEvents, eventArrays(p.Events)...)
 	}
 	b.Queue("COMMIT")
 	br := conn.SendBatch(cctx, b)
-	if len(p.events) > 0 {
+	if len(p.Events) > 0 {
 		rows, err := br.Query()
 		if err == nil {
-			r.seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			r.Seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		}
-		if err == nil && len(r.seqs) != len(p.events) {
-			err = fmt.Errorf("%d Seqs returned", len(r.seqs))
+		if err == nil && len(r.Seqs) != len(p.Events) {
+			err = fmt.Errorf("%d Seqs returned", len(r.Seqs))
 		}
 		if err != nil {
 			_ = br.Close() // the append's error is the one to report; the COMMIT was skipped
-			return r, fmt.Errorf("append %d events: %w", len(p.events), err)
+			return r, fmt.Errorf("append %d events: %w", len(p.Events), err)
 		}
 	}
 	tag, err := br.Exec()
@@ -327,149 +251,18 @@ func (d *DB) commitOnce(ctx context.Context, p *preparedStep) (stepResult, error
 	return r, nil
 }
 
-// apply runs the Step's statements but the event append in tx.
-func (p *preparedStep) apply(ctx context.Context, tx dbtx) (stepResult, error) {
-	var r stepResult
-	if v := p.s.Create; v != nil {
-		if err := create(ctx, tx, v.Name, p.create); err != nil {
-			return r, err
-		}
-	}
-	if v := p.s.Update; v != nil {
-		var err error
-		if r.version, r.lease, err = update(ctx, tx, v, p.update); err != nil {
-			return r, err
-		}
-		if p.s.ReleaseLease {
-			r.lease, r.released = time.Time{}, true
-		}
-	}
-	if len(p.attempts) > 0 {
-		if err := checkVMs(ctx, tx, p.s.Attempts); err != nil {
-			return r, err
-		}
-		for i, args := range p.attempts {
-			if _, err := tx.Exec(ctx, upsertAttempt, args...); err != nil {
-				a := &p.s.Attempts[i]
-				return r, fmt.Errorf("attempt %d of VM %s: %w", a.N, a.VM, err)
-			}
-		}
-	}
-	for i, args := range p.blocks {
-		if _, err := tx.Exec(ctx, upsertBlock, args...); err != nil {
-			return r, fmt.Errorf("block %s: %w", p.s.Blocks[i].Key, err)
-		}
-	}
-	for _, l := range p.s.Lifts {
-		if _, err := tx.Exec(ctx, liftBlock, l.Key, rowcodec.CmpTime(l.Before)); err != nil {
-			return r, fmt.Errorf("lifting block %s: %w", l.Key, err)
-		}
-	}
-	return r, nil
+// connTx runs a Step's statements on a connection inside BEGIN: the
+// step.Tx of commitOnce.
+type connTx struct {
+	ctx  context.Context
+	conn dbtx
 }
 
-// writeBack sets in the Step what its committed transaction produced.
-func (p *preparedStep) writeBack(r stepResult) {
-	if p.s.Create != nil {
-		p.s.Create.Version = 1
-	}
-	if p.s.Update != nil {
-		p.s.Update.Version = r.version
-		p.s.Update.LeaseExpiry = r.lease
-		if r.released {
-			p.s.Update.Owner = ""
-		}
-	}
-	for i, seq := range r.seqs {
-		p.s.Events[i].Seq = seq
-	}
+func (t connTx) Exec(query string, args ...any) error {
+	_, err := t.conn.Exec(t.ctx, query, args...)
+	return err
 }
 
-// create inserts a VM, replacing a terminal one of that name (whose attempts
-// go; its events stay). The existing row is locked (FOR UPDATE) until the
-// transaction ends; a concurrent insert of the same new name fails on the
-// primary key, which is ErrExists too.
-func create(ctx context.Context, tx dbtx, name string, args []any) error {
-	var state string
-	err := tx.QueryRow(ctx, "SELECT state FROM "+vmsTable+" WHERE name = $1 FOR UPDATE", name).Scan(&state)
-	switch {
-	case err == nil && !journal.VMState(state).Terminal():
-		return fmt.Errorf("create VM %s: %w (it is %s)", name, journal.ErrExists, state)
-	case err == nil:
-		if _, err := tx.Exec(ctx, "DELETE FROM "+attemptsTable+" WHERE vm = $1", name); err != nil {
-			return fmt.Errorf("create VM %s: remove the %s VM's attempts: %w", name, state, err)
-		}
-		if _, err := tx.Exec(ctx, "DELETE FROM "+vmsTable+" WHERE name = $1", name); err != nil {
-			return fmt.Errorf("create VM %s: remove the %s VM: %w", name, state, err)
-		}
-	case !errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("create VM %s: %w", name, err)
-	}
-	if _, err := tx.Exec(ctx, insertVM, args...); err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "23505" { // unique_violation: another transaction created it
-			return fmt.Errorf("create VM %s: %w (created concurrently by another writer)", name, journal.ErrExists)
-		}
-		return fmt.Errorf("create VM %s: %w", name, err)
-	}
-	return nil
-}
-
-// update writes a VM conditionally on its owner and version, and returns the
-// new version and the stored lease expiry.
-func update(ctx context.Context, tx dbtx, v *journal.VM, args []any) (int64, time.Time, error) {
-	var (
-		version int64
-		lease   *int64
-	)
-	err := tx.QueryRow(ctx, updateVM, args...).Scan(&version, &lease)
-	if err == nil {
-		return version, rowcodec.GoTime(lease), nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return 0, time.Time{}, fmt.Errorf("update VM %s: %w", v.Name, err)
-	}
-	var owner string
-	err = tx.QueryRow(ctx, "SELECT owner, version FROM "+vmsTable+" WHERE name = $1", v.Name).Scan(&owner, &version)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return 0, time.Time{}, fmt.Errorf("update VM %s: %w", v.Name, journal.ErrNotFound)
-	case err != nil:
-		return 0, time.Time{}, fmt.Errorf("update VM %s: %w", v.Name, err)
-	case owner != v.Owner:
-		return 0, time.Time{}, fmt.Errorf("update VM %s as %q: %w (the lease holder is %q)", v.Name, v.Owner, journal.ErrLeaseLost, owner)
-	default:
-		return 0, time.Time{}, fmt.Errorf("update VM %s: %w (stored version %d, given %d)", v.Name, journal.ErrConflict, version, v.Version)
-	}
-}
-
-// checkVMs fails with ErrNotFound if an attempt names a VM the journal does
-// not hold. (The foreign key from attempts to VMs holds the VM's key until
-// the transaction ends; this check only names the error.)
-func checkVMs(ctx context.Context, tx dbtx, as []journal.Attempt) error {
-	want := map[string]bool{}
-	var names []string
-	for _, a := range as {
-		if !want[a.VM] {
-			want[a.VM] = true
-			names = append(names, a.VM)
-		}
-	}
-	rows, err := tx.Query(ctx, "SELECT name FROM "+vmsTable+" WHERE name = ANY($1)", names)
-	if err != nil {
-		return fmt.Errorf("attempts: %w", err)
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("attempts: %w", err)
-	}
-	for _, n := range found {
-		delete(want, n)
-	}
-	for _, a := range as {
-		if want[a.VM] {
-			return fmt.Errorf("attempt %d of VM %s: %w", a.N, a.VM, journal.ErrNotFound)
-		}
-	}
-	return nil
+func (t connTx) QueryRow(query string, args ...any) rowcodec.Scanner {
+	return t.conn.QueryRow(t.ctx, query, args...)
 }

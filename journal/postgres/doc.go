@@ -38,7 +38,8 @@
 //     others find the version current when their turn comes. The version
 //     is one row per applied migration in gpuprov_schema_version.
 //   - Leases: Acquire is one conditional UPDATE (WHERE owner is free, ours,
-//     dead, or its expiry <= now); two replicas acquiring at once serialize
+//     dead, or its expiry <= the database's clock; see Clocks); two
+//     replicas acquiring at once serialize
 //     on the row lock and the loser re-evaluates the condition against the
 //     winner's write, so never both win. Updates are conditional on owner
 //     and version. Renew first extends every lease whose row nobody has
@@ -53,6 +54,12 @@
 //     lock holds until commit, so appends are serialized and Seq order is
 //     commit order. The append and the COMMIT go to the server in one round
 //     trip (a pipelined batch) to keep the lock short.
+//   - Members (journal.Members): one row per replica in gpuprov_members,
+//     its accounts a TEXT[]. Beat upserts the row and counts the live rows
+//     per account in one round trip, on the lease connections; Leave
+//     deletes the row. A replica that dies without leaving drops out of the
+//     counts when its row expires; the row stays until that member beats or
+//     leaves again.
 //
 // # Databases it refuses
 //
@@ -66,7 +73,23 @@
 //
 // # Clocks
 //
-// Lease times are the callers' (the engine's clock), as in every backend:
-// replicas on several machines must keep their clocks in step (NTP) to
-// well within a lease's length.
+// Leases are granted and compared by the database's clock, not the
+// callers' (DB implements journal.LeaseClock): clock_timestamp(), the time
+// when the statement runs (not now(), its transaction's start), in whole
+// microseconds. A caller's now and expiry give only a length, expiry − now.
+// Acquire and Renew set a lease's expiry to the database's clock plus that
+// length, a Step's Create with an Owner holds its lease for LeaseExpiry −
+// CreatedAt from it (and writes the stored expiry back into
+// Create.LeaseExpiry), and Acquire and Prune take a lease for expired when
+// its expiry is not after the database's clock; Beat does the same for the
+// members' rows. So replicas whose clocks disagree, by any amount, never
+// both drive a VM, and a lease lapses one TTL after its last renewal as the
+// database counts time. Expiries come back on the database's clock: compare
+// them with LeaseNow, never with a replica's own clock (the engine fences
+// its cloud calls by its monotonic clock from the last renewal the journal
+// confirmed). The expiry is stored as BIGINT nanoseconds,
+// (extract(epoch from clock_timestamp()) * 1000000)::bigint * 1000 plus the
+// length, so the length keeps its nanoseconds. Every other time (a block's
+// Until, a VM's Deadline, Prune's Before and its Now for blocks) is the
+// caller's, stored as given.
 package postgres

@@ -19,8 +19,8 @@ import (
 const (
 	prunePick = `SELECT name FROM ` + vmsTable + `
 		WHERE state IN ('` + string(journal.StateDeleted) + `', '` + string(journal.StateFailed) + `') AND ended_at < $1
-			AND (owner = '' OR lease_expiry IS NULL OR lease_expiry <= $2)
-		LIMIT $3 FOR UPDATE SKIP LOCKED`
+			AND (owner = '' OR lease_expiry IS NULL OR lease_expiry <= ` + dbNow + `)
+		LIMIT $2 FOR UPDATE SKIP LOCKED`
 	pruneEvents   = "DELETE FROM " + eventsTable + " WHERE vm = ANY($1)"
 	pruneAttempts = "DELETE FROM " + attemptsTable + " WHERE vm = ANY($1)"
 	pruneRows     = "DELETE FROM " + vmsTable + " WHERE name = ANY($1)"
@@ -30,15 +30,17 @@ const (
 
 var _ journal.Pruner = (*DB)(nil)
 
-// Prune removes what the journal no longer needs: see journal.Pruner. Each
-// batch is one transaction holding row locks on the batch's rows only, so
-// Commits and lease calls of every replica go on beside it, and replicas
-// pruning at once share the work instead of waiting for each other (rows
-// locked by another transaction are skipped). A batch the server aborts as
-// a deadlock is run again, up to five times. The COMMIT runs detached from
-// ctx (for up to 30s), so a batch's outcome is known and counted; if the
-// connection breaks during COMMIT the batch may have been removed without
-// being counted.
+// Prune removes what the journal no longer needs: see journal.Pruner. A
+// VM's lease is live or not by the database's clock, as Acquire judges it
+// (journal.LeaseClock), whatever opts.Now says; opts.Now bounds the blocks,
+// whose times are the callers'. Each batch is one transaction holding row
+// locks on the batch's rows only, so Commits and lease calls of every
+// replica go on beside it, and replicas pruning at once share the work
+// instead of waiting for each other (rows locked by another transaction are
+// skipped). A batch the server aborts as a deadlock is run again, up to five
+// times. The COMMIT runs detached from ctx (for up to 30s), so a batch's
+// outcome is known and counted; if the connection breaks during COMMIT the
+// batch may have been removed without being counted.
 //
 // The space of deleted rows is reclaimed by autovacuum and reused for new
 // rows; Prune runs no VACUUM.
@@ -87,7 +89,7 @@ func (d *DB) pruneOnce(ctx context.Context, opts journal.PruneOptions, batch int
 			cancel()
 		}
 	}()
-	rows, err := tx.Query(ctx, prunePick, rowcodec.CmpTime(opts.Before), rowcodec.CmpTime(opts.Now), batch)
+	rows, err := tx.Query(ctx, prunePick, rowcodec.CmpTime(opts.Before), batch)
 	if err != nil {
 		return r, err
 	}

@@ -48,8 +48,8 @@ func TestMigrateVersion2JournalForPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if v, err := classify(ctx, j.pool); err != nil || v != 3 || schemaVersion != 3 {
-		t.Errorf("schema version after Open: %d, %v; want 3", v, err)
+	if v, err := classify(ctx, j.pool); err != nil || v != schemaVersion {
+		t.Errorf("schema version after Open: %d, %v; want %d", v, err, schemaVersion)
 	}
 	rows, err := j.pool.Query(ctx, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = $1", vmsTable)
 	if err != nil {
@@ -104,7 +104,7 @@ func TestPruneQueriesCanUseIndexes(t *testing.T) {
 		args []any
 		want string
 	}{
-		{prunePick, []any{int64(1), int64(2), 3}, "gpuprov_vms_state_ended"},
+		{prunePick, []any{int64(1), 3}, "gpuprov_vms_state_ended"},
 		{pruneEvents, []any{names}, "gpuprov_events_vm"},
 		{pruneAttempts, []any{names}, "gpuprov_attempts_pkey"},
 		{pruneRows, []any{names}, "gpuprov_vms_pkey"},
@@ -121,5 +121,46 @@ func TestPruneQueriesCanUseIndexes(t *testing.T) {
 		if all := strings.Join(plan, "\n"); !strings.Contains(all, q.want) {
 			t.Errorf("%s\nplan does not use %s:\n%s", q.sql, q.want, all)
 		}
+	}
+}
+
+// TestMigrateVersion3JournalForMembers: a journal written by schema version
+// 3 (before journal.Members) opens, gets gpuprov_members, keeps its VMs
+// and their leases, and its replicas can beat at once.
+func TestMigrateVersion3JournalForMembers(t *testing.T) {
+	ctx := context.Background()
+	srv := pgtest.Require(t)
+	u := srv.NewSchema(t)
+	err := srv.ExecURL(ctx, u,
+		"CREATE TABLE "+metaTable+" (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+		"CREATE TABLE "+versionTable+" (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)",
+		"INSERT INTO "+versionTable+" VALUES (0, 1), (1, 1), (2, 1), (3, 1)",
+		"INSERT INTO "+metaTable+" VALUES ('installation', 'feedc0de00000003')",
+		migrations[0], migrations[1], migrations[2],
+		`INSERT INTO gpuprov_vms (name, id, cluster, state, phase, attempt, provider, region, zone, price_per_hour,
+			instance_id, ssh_host, ssh_port, ssh_user, host_key, last_error, last_error_kind, owner, lease_expiry, version)
+		VALUES ('old-1', 'x1', '', 'provisioning', 'boot', 1, 'sim', 'r', 'r-a', 2.5, 'i-1', '', 0, '', '', '', '', 'o1', 5000, 3)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if v, err := classify(ctx, j.pool); err != nil || v != schemaVersion || schemaVersion != 4 {
+		t.Errorf("schema version after Open: %d, %v; want 4", v, err)
+	}
+	if j.Installation() != "feedc0de00000003" {
+		t.Errorf("installation %q after migration, want feedc0de00000003", j.Installation())
+	}
+	v, err := j.GetVM(ctx, "old-1")
+	if err != nil || v.Owner != "o1" || v.LeaseExpiry.UnixNano() != 5000 || v.Version != 3 || v.InstanceID != "i-1" {
+		t.Errorf("old VM after migration: %+v, %v; want it as written", v, err)
+	}
+	now := time.Unix(0, 1e18)
+	live, err := j.Beat(ctx, "p1", []string{"sim"}, now, now.Add(time.Minute))
+	if err != nil || live["sim"] != 1 {
+		t.Errorf("Beat on the migrated journal = %v, %v; want sim: 1", live, err)
 	}
 }

@@ -3,8 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,7 +13,7 @@ import (
 
 // GetVM returns the VM named name, or an error wrapping journal.ErrNotFound.
 func (d *DB) GetVM(ctx context.Context, name string) (journal.VM, error) {
-	v, err := codec.ScanVM(d.pool.QueryRow(ctx, "SELECT "+rowcodec.VMCols+" FROM "+vmsTable+" WHERE name = $1", name))
+	v, err := codec.ScanVM(d.pool.QueryRow(ctx, sqlStmts.GetVM, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return journal.VM{}, d.errorf("VM %s: %w", name, journal.ErrNotFound)
 	}
@@ -25,36 +23,15 @@ func (d *DB) GetVM(ctx context.Context, name string) (journal.VM, error) {
 	return v, nil
 }
 
-// ListVMs returns the VMs matching opts, ordered by name. No match is an
-// empty result, not an error.
+// ListVMs returns the VMs matching opts, ordered by name (byte order, COLLATE
+// "C", whatever the database's collation). No match is an empty result, not
+// an error.
 func (d *DB) ListVMs(ctx context.Context, opts journal.ListOptions) ([]journal.VM, error) {
-	var (
-		where []string
-		args  []any
-	)
-	if states := opts.WantedStates(); states != nil {
-		opts.States = states
-		if len(states) == 0 {
-			return []journal.VM{}, nil
-		}
+	q, args, none := sqlStmts.ListVMs(opts)
+	if none {
+		return []journal.VM{}, nil
 	}
-	if len(opts.States) > 0 {
-		states := make([]string, len(opts.States))
-		for i, s := range opts.States {
-			states[i] = string(s)
-		}
-		args = append(args, states)
-		where = append(where, "state = ANY($"+strconv.Itoa(len(args))+")")
-	}
-	if opts.Cluster != "" {
-		args = append(args, opts.Cluster)
-		where = append(where, "cluster = $"+strconv.Itoa(len(args)))
-	}
-	q := "SELECT " + rowcodec.VMCols + " FROM " + vmsTable
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	vms, err := query(ctx, d, q+" ORDER BY name COLLATE \"C\"", args, codec.ScanVM)
+	vms, err := query(ctx, d, q, args, codec.ScanVM)
 	if err != nil {
 		return nil, d.errorf("list VMs: %w", err)
 	}
@@ -64,7 +41,7 @@ func (d *DB) ListVMs(ctx context.Context, opts journal.ListOptions) ([]journal.V
 // Attempts returns the attempts of the VM named vm, ordered by N; none (and
 // no error) for a VM the journal does not hold.
 func (d *DB) Attempts(ctx context.Context, vm string) ([]journal.Attempt, error) {
-	as, err := query(ctx, d, "SELECT "+rowcodec.AttemptCols+" FROM "+attemptsTable+" WHERE vm = $1 ORDER BY n", []any{vm}, codec.ScanAttempt)
+	as, err := query(ctx, d, sqlStmts.ListAttempts, []any{vm}, codec.ScanAttempt)
 	if err != nil {
 		return nil, d.errorf("attempts of VM %s: %w", vm, err)
 	}
@@ -76,17 +53,7 @@ func (d *DB) Attempts(ctx context.Context, vm string) ([]journal.Attempt, error)
 // package documentation), a reader following the log with After never
 // misses an event that commits later.
 func (d *DB) Events(ctx context.Context, q journal.EventQuery) ([]journal.Event, error) {
-	s := "SELECT " + rowcodec.EventCols + " FROM " + eventsTable + " WHERE seq > $1"
-	args := []any{q.After}
-	if q.VM != "" {
-		args = append(args, q.VM)
-		s += " AND vm = $" + strconv.Itoa(len(args))
-	}
-	s += " ORDER BY seq"
-	if q.Limit > 0 {
-		args = append(args, q.Limit)
-		s += " LIMIT $" + strconv.Itoa(len(args))
-	}
+	s, args := sqlStmts.ListEvents(q)
 	es, err := query(ctx, d, s, args, codec.ScanEvent)
 	if err != nil {
 		return nil, d.errorf("events: %w", err)
@@ -96,7 +63,7 @@ func (d *DB) Events(ctx context.Context, q journal.EventQuery) ([]journal.Event,
 
 // Blocks returns the blocks whose Until is after now, ordered by Key.
 func (d *DB) Blocks(ctx context.Context, now time.Time) ([]journal.Block, error) {
-	bs, err := query(ctx, d, "SELECT "+rowcodec.BlockCols+" FROM "+blocksTable+" WHERE until > $1 ORDER BY key COLLATE \"C\"", []any{rowcodec.CmpTime(now)}, codec.ScanBlock)
+	bs, err := query(ctx, d, sqlStmts.LiveBlocks, []any{rowcodec.CmpTime(now)}, codec.ScanBlock)
 	if err != nil {
 		return nil, d.errorf("blocks: %w", err)
 	}

@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +9,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/org/gpuprov/journal/internal/schema"
+)
+
+// Table names. Every table carries the gpuprov_ prefix, so a journal can
+// share a database (or a schema) with other programs' tables without a
+// clash; Open still refuses a schema that holds tables but no journal.
+const (
+	metaTable     = "gpuprov_meta"
+	versionTable  = "gpuprov_schema_version"
+	vmsTable      = "gpuprov_vms"
+	attemptsTable = "gpuprov_attempts"
+	eventsTable   = "gpuprov_events"
+	seqTable      = "gpuprov_event_seq"
+	blocksTable   = "gpuprov_blocks"
+	membersTable  = "gpuprov_members"
 )
 
 // migrateLock is the key of the transaction-scoped advisory lock
@@ -20,15 +34,13 @@ import (
 // behind a transaction-pooling pooler (PgBouncer), unlike a session lock.
 const migrateLock = 0x677072766d6967
 
-// migrations bring the schema from version i to i+1; the schema version of
-// a journal is the number of migrations applied, recorded one row per
-// migration in gpuprov_schema_version. Append only: a released migration
-// never changes.
+// migrations bring the schema from version i to i+1 (see package schema);
+// the version is recorded one row per migration in gpuprov_schema_version.
 //
 // Storage choices, the same as the SQLite backend's: times are BIGINT unix
 // nanoseconds (timestamptz keeps only microseconds), JSON is TEXT, byte for
 // byte (jsonb reorders keys), a zero time or an empty JSON is NULL.
-var migrations = []string{
+var migrations = schema.Migrations{
 	// 1: the first schema.
 	`CREATE TABLE gpuprov_vms (
 		name            TEXT PRIMARY KEY,
@@ -125,11 +137,18 @@ var migrations = []string{
 	// journal of 100,000 VMs.)
 	`CREATE INDEX gpuprov_vms_state_ended ON gpuprov_vms (state, ended_at);
 	DROP INDEX gpuprov_vms_state;`,
+	// 4: the replicas that share the journal and the accounts each paces
+	// (journal.Members); expiry is on the database's clock.
+	`CREATE TABLE gpuprov_members (
+		member   TEXT PRIMARY KEY,
+		accounts TEXT[] NOT NULL,
+		expiry   BIGINT NOT NULL
+	);`,
 }
 
 // schemaVersion is the schema version this package writes and the newest it
 // can open. A journal with a newer version is refused, never downgraded.
-var schemaVersion = len(migrations)
+var schemaVersion = migrations.Version()
 
 // Errors Open returns (wrapped, naming the database) for databases it
 // refuses. Nothing is written to a refused database.
@@ -199,8 +218,8 @@ func classify(ctx context.Context, q querier) (version int, err error) {
 	if v == nil || *v < 0 {
 		return 0, fmt.Errorf("%w: %s is empty", ErrNotJournal, versionTable)
 	}
-	if *v > schemaVersion {
-		return 0, fmt.Errorf("%w: schema version %d, this gpuprov knows up to %d; upgrade gpuprov", ErrNewerSchema, *v, schemaVersion)
+	if err := migrations.Check(*v, ErrNewerSchema); err != nil {
+		return 0, err
 	}
 	return *v, nil
 }
@@ -237,7 +256,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 		now := time.Now().UnixNano()
 		if v == 0 {
-			id, err := newInstallation()
+			id, err := schema.NewInstallation()
 			if err != nil {
 				return err
 			}
@@ -252,15 +271,13 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 				}
 			}
 		}
-		for ; v < schemaVersion; v++ {
-			if _, err := tx.Exec(ctx, migrations[v]); err != nil {
-				return fmt.Errorf("migrate to schema version %d: %w", v+1, err)
-			}
-			if _, err := tx.Exec(ctx, "INSERT INTO "+versionTable+" (version, applied_at) VALUES ($1, $2)", v+1, now); err != nil {
-				return fmt.Errorf("migrate to schema version %d: %w", v+1, err)
-			}
-		}
-		return nil
+		return migrations.Run(v, func(ddl string) error {
+			_, err := tx.Exec(ctx, ddl)
+			return err
+		}, func(v int) error {
+			_, err := tx.Exec(ctx, "INSERT INTO "+versionTable+" (version, applied_at) VALUES ($1, $2)", v, now)
+			return err
+		})
 	})
 }
 
@@ -275,13 +292,4 @@ func installation(ctx context.Context, q querier) (string, error) {
 		return "", fmt.Errorf("%w: its installation id is empty", ErrNotJournal)
 	}
 	return id, nil
-}
-
-// newInstallation returns a random installation id: 16 hex digits.
-func newInstallation() (string, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("installation id: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
 }

@@ -27,6 +27,26 @@
 // Many processes on one machine may share a file; a file on a network file
 // system is not supported (SQLite's locking does not hold there).
 //
+// # Clocks
+//
+// Lease times are the callers': Acquire, Renew and a Step's Create store the
+// expiry they are given, and Acquire and Prune judge a lease by the now they
+// are given. The backend does not implement journal.LeaseClock, on
+// purpose: the processes that share a file all run on its one host (a file
+// on a network file system is not supported) and read that host's clock, so
+// there is no second clock to disagree with, and tests drive leases with
+// exact times from an injected clock.
+//
+// # Members
+//
+// The backend implements journal.Members for processes on one host sharing
+// the file: one row per process in the members table (its accounts as a
+// JSON array, its expiry on the callers' clock). Beat writes the row and
+// counts the live rows per account in one write transaction; Leave deletes
+// the row. A process that dies without leaving drops out of the counts when
+// its row expires; the row itself stays (a few bytes) until the same member
+// beats or leaves again.
+//
 // # Files
 //
 // A new database file is created with mode 0600 before SQLite opens it;

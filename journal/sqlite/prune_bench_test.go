@@ -313,19 +313,19 @@ func launchSteps(name string, end time.Time, state journal.VMState) *journal.Ste
 }
 
 // bulkSteps commits n Steps made by mk through the Commit code path
-// (prepareStep, apply) but thousands to a transaction: the test-only fast
+// (runner.Prepare, apply) but thousands to a transaction: the test-only fast
 // way to build a big journal.
 func bulkSteps(ctx context.Context, d *DB, n int, mk func(i int) *journal.Step) error {
 	const perTx = 5000
 	for from := 0; from < n; from += perTx {
 		err := d.writeTx(ctx, func(tx *sql.Tx) error {
-			q := newTxStmts(ctx, tx)
+			q := newTxStmts(ctx, tx, d.stmts)
 			for i := from; i < min(n, from+perTx); i++ {
-				p, err := prepareStep(mk(i))
+				p, err := runner.Prepare(mk(i))
 				if err != nil {
 					return err
 				}
-				if _, err := p.apply(q, d.stmts); err != nil {
+				if _, err := apply(q, p); err != nil {
 					return err
 				}
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/org/gpuprov/journal"
@@ -13,7 +12,7 @@ import (
 
 // GetVM returns the VM named name, or an error wrapping journal.ErrNotFound.
 func (d *DB) GetVM(ctx context.Context, name string) (journal.VM, error) {
-	v, err := codec.ScanVM(d.db.QueryRowContext(ctx, "SELECT "+rowcodec.VMCols+" FROM vms WHERE name = ?", name))
+	v, err := codec.ScanVM(d.db.QueryRowContext(ctx, sqlStmts.GetVM, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return journal.VM{}, d.errorf("VM %s: %w", name, journal.ErrNotFound)
 	}
@@ -26,31 +25,11 @@ func (d *DB) GetVM(ctx context.Context, name string) (journal.VM, error) {
 // ListVMs returns the VMs matching opts, ordered by name. No match is an
 // empty result, not an error.
 func (d *DB) ListVMs(ctx context.Context, opts journal.ListOptions) ([]journal.VM, error) {
-	var (
-		where []string
-		args  []any
-	)
-	if states := opts.WantedStates(); states != nil {
-		opts.States = states
-		if len(states) == 0 {
-			return []journal.VM{}, nil
-		}
+	q, args, none := sqlStmts.ListVMs(opts)
+	if none {
+		return []journal.VM{}, nil
 	}
-	if len(opts.States) > 0 {
-		where = append(where, "state IN ("+placeholders(len(opts.States))+")")
-		for _, s := range opts.States {
-			args = append(args, string(s))
-		}
-	}
-	if opts.Cluster != "" {
-		where = append(where, "cluster = ?")
-		args = append(args, opts.Cluster)
-	}
-	q := "SELECT " + rowcodec.VMCols + " FROM vms"
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	vms, err := query(ctx, d.db, q+" ORDER BY name", args, codec.ScanVM)
+	vms, err := query(ctx, d.db, q, args, codec.ScanVM)
 	if err != nil {
 		return nil, d.errorf("list VMs: %w", err)
 	}
@@ -60,7 +39,7 @@ func (d *DB) ListVMs(ctx context.Context, opts journal.ListOptions) ([]journal.V
 // Attempts returns the attempts of the VM named vm, ordered by N; none (and
 // no error) for a VM the journal does not hold.
 func (d *DB) Attempts(ctx context.Context, vm string) ([]journal.Attempt, error) {
-	as, err := query(ctx, d.db, "SELECT "+rowcodec.AttemptCols+" FROM attempts WHERE vm = ? ORDER BY n", []any{vm}, codec.ScanAttempt)
+	as, err := query(ctx, d.db, sqlStmts.ListAttempts, []any{vm}, codec.ScanAttempt)
 	if err != nil {
 		return nil, d.errorf("attempts of VM %s: %w", vm, err)
 	}
@@ -70,17 +49,7 @@ func (d *DB) Attempts(ctx context.Context, vm string) ([]journal.Attempt, error)
 // Events returns the events matching q in Seq order. A negative Limit is
 // treated as no limit.
 func (d *DB) Events(ctx context.Context, q journal.EventQuery) ([]journal.Event, error) {
-	s := "SELECT " + rowcodec.EventCols + " FROM events WHERE seq > ?"
-	args := []any{q.After}
-	if q.VM != "" {
-		s += " AND vm = ?"
-		args = append(args, q.VM)
-	}
-	s += " ORDER BY seq"
-	if q.Limit > 0 {
-		s += " LIMIT ?"
-		args = append(args, q.Limit)
-	}
+	s, args := sqlStmts.ListEvents(q)
 	es, err := query(ctx, d.db, s, args, codec.ScanEvent)
 	if err != nil {
 		return nil, d.errorf("events: %w", err)
@@ -90,7 +59,7 @@ func (d *DB) Events(ctx context.Context, q journal.EventQuery) ([]journal.Event,
 
 // Blocks returns the blocks whose Until is after now, ordered by Key.
 func (d *DB) Blocks(ctx context.Context, now time.Time) ([]journal.Block, error) {
-	bs, err := query(ctx, d.db, "SELECT "+rowcodec.BlockCols+" FROM blocks WHERE until > ? ORDER BY key", []any{rowcodec.CmpTime(now)}, codec.ScanBlock)
+	bs, err := query(ctx, d.db, sqlStmts.LiveBlocks, []any{rowcodec.CmpTime(now)}, codec.ScanBlock)
 	if err != nil {
 		return nil, d.errorf("blocks: %w", err)
 	}

@@ -2,15 +2,15 @@ package sqlite
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 
 	msqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/org/gpuprov/journal/internal/schema"
 )
 
 // metaTable names the table that marks a database as a gpuprov journal. It
@@ -22,10 +22,8 @@ const metaTable = "gpuprov_meta"
 // belongs to another program.
 const applicationID = 0x67707276
 
-// migrations bring the schema from version i to i+1; the schema version of a
-// journal is the number of migrations applied. Append only: a released
-// migration never changes.
-var migrations = []string{
+// migrations bring the schema from version i to i+1 (see package schema).
+var migrations = schema.Migrations{
 	// 1: the first schema.
 	`CREATE TABLE vms (
 		name            TEXT PRIMARY KEY,
@@ -113,11 +111,18 @@ var migrations = []string{
 	// the index also serves every lookup by state, so vms_state goes.
 	`CREATE INDEX vms_state_ended ON vms (state, ended_at);
 	DROP INDEX vms_state;`,
+	// 4: the processes that share the file and the accounts each paces
+	// (journal.Members); accounts is a JSON array of names.
+	`CREATE TABLE members (
+		member   TEXT PRIMARY KEY,
+		accounts TEXT NOT NULL,
+		expiry   INTEGER NOT NULL
+	) STRICT;`,
 }
 
 // schemaVersion is the schema version this package writes and the newest it
 // can open. A journal with a newer version is refused, never downgraded.
-var schemaVersion = len(migrations)
+var schemaVersion = migrations.Version()
 
 // inspect reads, without writing anything, what an existing database is:
 // its schema version if it is a gpuprov journal (0 for a database with no
@@ -167,8 +172,8 @@ func classify(ctx context.Context, q queryer) (version int, hasMeta bool, err er
 	if err != nil {
 		return 0, false, err
 	}
-	if v > schemaVersion {
-		return 0, false, fmt.Errorf("%w: schema version %d, this gpuprov knows up to %d; upgrade gpuprov", ErrNewerSchema, v, schemaVersion)
+	if err := migrations.Check(v, ErrNewerSchema); err != nil {
+		return 0, false, err
 	}
 	return v, true, nil
 }
@@ -223,7 +228,7 @@ func migrate(ctx context.Context, conn *sql.Conn) (string, error) {
 		return "", err
 	}
 	if !hasMeta {
-		id, err := newInstallation()
+		id, err := schema.NewInstallation()
 		if err != nil {
 			return "", fmt.Errorf("migrate: %w", err)
 		}
@@ -238,13 +243,15 @@ func migrate(ctx context.Context, conn *sql.Conn) (string, error) {
 			}
 		}
 	}
-	for ; v < schemaVersion; v++ {
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
-			return "", fmt.Errorf("migrate to schema version %d: %w", v+1, err)
-		}
-		if _, err := tx.ExecContext(ctx, "UPDATE "+metaTable+" SET value = ? WHERE key = 'schema_version'", strconv.Itoa(v+1)); err != nil {
-			return "", fmt.Errorf("migrate to schema version %d: %w", v+1, err)
-		}
+	err = migrations.Run(v, func(ddl string) error {
+		_, err := tx.ExecContext(ctx, ddl)
+		return err
+	}, func(v int) error {
+		_, err := tx.ExecContext(ctx, "UPDATE "+metaTable+" SET value = ? WHERE key = 'schema_version'", strconv.Itoa(v))
+		return err
+	})
+	if err != nil {
+		return "", err
 	}
 	var id string
 	if err := tx.QueryRowContext(ctx, "SELECT value FROM "+metaTable+" WHERE key = 'installation'").Scan(&id); err != nil {
@@ -257,15 +264,6 @@ func migrate(ctx context.Context, conn *sql.Conn) (string, error) {
 		return "", fmt.Errorf("migrate: commit: %w", err)
 	}
 	return id, nil
-}
-
-// newInstallation returns a random installation id: 16 hex digits.
-func newInstallation() (string, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("installation id: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
 }
 
 // Errors Open returns (wrapped, naming the file) for files it refuses.

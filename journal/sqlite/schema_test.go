@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // rawDB opens path through the bare driver with the journal's DSN, as a
@@ -111,5 +112,42 @@ func TestMigrateKeepsAVersion1Journal(t *testing.T) {
 	}
 	if got, err := readVersion(ctx, j.db); err != nil || got != schemaVersion {
 		t.Errorf("schema version: %d, %v; want %d", got, err, schemaVersion)
+	}
+}
+
+// TestMigrateVersion3JournalForMembers: a journal written by schema version
+// 3 (before journal.Members) opens, gets the members table, keeps its VMs
+// and their leases, and its processes can beat at once.
+func TestMigrateVersion3JournalForMembers(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "journal.db")
+	db := rawDB(t, path,
+		"PRAGMA application_id = 1735422582",
+		"CREATE TABLE gpuprov_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT",
+		"INSERT INTO gpuprov_meta VALUES ('schema_version', '3'), ('installation', 'feedc0de00000003')",
+		migrations[0], migrations[1], migrations[2],
+		`INSERT INTO vms (name, id, cluster, state, phase, attempt, provider, region, zone, price_per_hour,
+			instance_id, ssh_host, ssh_port, ssh_user, host_key, last_error, last_error_kind, owner, lease_expiry, version)
+		VALUES ('old-1', 'x1', '', 'provisioning', 'boot', 1, 'sim', 'r', 'r-a', 2.5, 'i-1', '', 0, '', '', '', '', 'o1', 5000, 3)`)
+	db.Close()
+	j, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if v, err := readVersion(ctx, j.db); err != nil || v != schemaVersion || schemaVersion != 4 {
+		t.Errorf("schema version: %d, %v; want 4", v, err)
+	}
+	if j.Installation() != "feedc0de00000003" {
+		t.Errorf("installation %q after migration, want feedc0de00000003", j.Installation())
+	}
+	v, err := j.GetVM(ctx, "old-1")
+	if err != nil || v.Owner != "o1" || v.LeaseExpiry.UnixNano() != 5000 || v.Version != 3 || v.InstanceID != "i-1" {
+		t.Errorf("old VM after migration: %+v, %v; want it as written", v, err)
+	}
+	now := time.Unix(0, 1e18)
+	live, err := j.Beat(ctx, "p1", []string{"sim"}, now, now.Add(time.Minute))
+	if err != nil || live["sim"] != 1 {
+		t.Errorf("Beat on the migrated journal = %v, %v; want sim: 1", live, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/internal/step"
 )
 
 // maxBatch bounds how many Steps one transaction commits together.
@@ -19,9 +20,9 @@ var errClosed = errors.New("journal is closed")
 // commitReq is one Commit waiting for the writer.
 type commitReq struct {
 	ctx   context.Context
-	p     *preparedStep
+	p     *step.Prepared
 	state atomic.Int32 // reqQueued, then reqTaken by the writer or reqAbandoned by the caller
-	res   stepResult
+	res   step.Result
 	err   error
 	done  chan struct{} // closed when res and err are final
 }
@@ -35,8 +36,8 @@ const (
 // Commit applies s atomically and durably: all of it is on disk when Commit
 // returns nil, and none of it when it returns an error. See journal.Step
 // for the meaning of each part. The parts run in the order Create, Update,
-// Attempts, Events, Blocks, so a Step may create a VM and write its first
-// attempt. Beyond journal.Step:
+// Attempts, Blocks, Lifts, Events, so a Step may create a VM and write its
+// first attempt. Beyond journal.Step:
 //
 //   - An Update of an unknown VM fails with journal.ErrNotFound.
 //   - An Attempt of a VM the journal does not hold (after the Step's Create)
@@ -59,11 +60,11 @@ func (d *DB) Commit(ctx context.Context, s *journal.Step) error {
 	if s == nil {
 		return d.errorf("commit: nil Step")
 	}
-	p, err := prepareStep(s)
+	p, err := runner.Prepare(s)
 	if err != nil {
 		return d.errorf("commit: %w", err)
 	}
-	if p.empty() {
+	if p.Empty() {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -94,7 +95,7 @@ func (d *DB) Commit(ctx context.Context, s *journal.Step) error {
 	if r.err != nil {
 		return d.errorf("commit: %w", r.err)
 	}
-	p.writeBack(r.res)
+	p.WriteBack(r.res)
 	return nil
 }
 
@@ -177,7 +178,7 @@ func (d *DB) commitBatch(batch []*commitReq) {
 		}
 		return
 	}
-	q := newTxStmts(ctx, tx)
+	q := newTxStmts(ctx, tx, d.stmts)
 	var applied []*commitReq
 	for _, r := range batch {
 		if !take(r) {
@@ -190,7 +191,7 @@ func (d *DB) commitBatch(batch []*commitReq) {
 			d.abortBatch(tx, batch, taken, fmt.Errorf("savepoint: %w", err))
 			return
 		}
-		r.res, r.err = r.p.apply(q, d.stmts)
+		r.res, r.err = apply(q, r.p)
 		if r.err != nil {
 			if _, err := q.exec(d.stmts.rollbackTo); err != nil {
 				// SQLite rolled back the whole transaction on r's error.
