@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -168,5 +170,36 @@ func TestCLISweepGrace(t *testing.T) {
 	}
 	if r := c.ok("sweep", "--grace", "0", "--delete"); !strings.Contains(r.stdout, "deleted") {
 		t.Errorf("sweep --grace 0 --delete did not delete the orphan:\n%s", r.stdout)
+	}
+}
+
+// TestCLIJournalUnreachable: a PostgreSQL journal whose server does not
+// answer is one line that says the journal is unreachable and where, without
+// the password, and launches nothing.
+func TestCLIJournalUnreachable(t *testing.T) {
+	c := newCLIEnv(t)
+	sim := startSim(t, c, simTimings)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nobody listens there now
+	const password = "s3cret-pw"
+	c.writeConfig(fmt.Sprintf("journal = %q\n%s", "postgres://gpuprov:"+password+"@"+addr+"/gpuprov?connect_timeout=2", sim.config))
+	for _, args := range [][]string{{"list"}, {"up", "--gpu", "h100", "--name", "u1", "--provider", "sim-a"}} {
+		r := c.run(args...)
+		if r.code == 0 {
+			t.Fatalf("%s: exit 0 with the journal unreachable\n%s", args[0], r.stdout)
+		}
+		if !strings.Contains(r.stderr, "journal unreachable") || !strings.Contains(r.stderr, addr) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%s: stderr %q, want one line saying the journal at %s is unreachable", args[0], r.stderr, addr)
+		}
+		if strings.Contains(r.stderr, password) {
+			t.Errorf("%s: stderr shows the password: %q", args[0], r.stderr)
+		}
+	}
+	if live := sim.live(t); len(live) != 0 {
+		t.Errorf("launched with no journal: %+v", live)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -181,7 +182,7 @@ func redact(err error, password string) error {
 	if !risky {
 		return err
 	}
-	r := &redacted{msg: msg}
+	r := &redacted{msg: oneLine(msg)}
 	var srv *pgconn.PgError
 	switch {
 	case errors.As(err, &srv):
@@ -192,6 +193,23 @@ func redact(err error, password string) error {
 		r.cause = context.DeadlineExceeded
 	}
 	return r
+}
+
+// oneLine joins the lines of a connect error (pgx puts each host and
+// fallback it tried on a line of its own, often the same line twice) into
+// one, each distinct line once, so a log line or a CLI's message stays one.
+func oneLine(msg string) string {
+	head, rest, ok := strings.Cut(msg, "\n")
+	if !ok {
+		return msg
+	}
+	var seen []string
+	for _, l := range strings.Split(rest, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !slices.Contains(seen, l) {
+			seen = append(seen, l)
+		}
+	}
+	return strings.TrimSuffix(strings.TrimSpace(head), ":") + ": " + strings.Join(seen, "; ")
 }
 
 // hint explains the connect failures operators meet most.
@@ -209,12 +227,19 @@ func hint(err error) string {
 }
 
 // errorf formats an error naming the database, with the password scrubbed
-// from every wrapped driver error.
+// from every wrapped driver error. An error that says the server cannot be
+// reached now (see unreachable) also wraps journal.ErrUnreachable, and its
+// text says "journal unreachable".
 func (d *DB) errorf(format string, args ...any) error {
+	down := false
 	for i, a := range args {
 		if err, ok := a.(error); ok {
+			down = down || unreachable(err)
 			args[i] = redact(err, d.password)
 		}
+	}
+	if down {
+		return fmt.Errorf("journal/postgres: %s: %w: "+format, append([]any{d.name, journal.ErrUnreachable}, args...)...)
 	}
 	return fmt.Errorf("journal/postgres: %s: "+format, append([]any{d.name}, args...)...)
 }

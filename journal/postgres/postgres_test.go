@@ -143,11 +143,21 @@ func TestOpenRefuses(t *testing.T) {
 			if tc.want != nil && !errors.Is(err, tc.want) {
 				t.Errorf("err = %v, want %v", err, tc.want)
 			}
+			// Only a server that does not answer is unreachable: the
+			// other refusals will not pass by waiting.
+			down := tc.name == "unreachable server"
+			if errors.Is(err, journal.ErrUnreachable) != down || strings.Contains(msg, "journal unreachable") != down {
+				t.Errorf("err = %q: errors.Is(err, journal.ErrUnreachable) = %v, want %v, and the text saying so",
+					msg, errors.Is(err, journal.ErrUnreachable), down)
+			}
 			if !strings.Contains(msg, tc.message) {
 				t.Errorf("err = %q, want it to say %q", msg, tc.message)
 			}
 			if strings.Contains(msg, srv.Password) {
 				t.Errorf("the error shows the password: %q", msg)
+			}
+			if strings.Contains(msg, "\n") {
+				t.Errorf("err = %q, want one line (a log line, a CLI's message)", msg)
 			}
 			if !strings.HasPrefix(msg, "journal/postgres: ") {
 				t.Errorf("err = %q, want it to start with journal/postgres: and name the database", msg)

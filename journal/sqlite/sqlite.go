@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/org/gpuprov/journal"
@@ -321,9 +322,34 @@ func (d *DB) Close() error {
 	return d.closeErr
 }
 
-// errorf formats an error naming the file.
+// errorf formats an error naming the file. An error that says the file
+// cannot be written now (see unwritable) also wraps journal.ErrUnreachable,
+// and its text says "journal unreachable".
 func (d *DB) errorf(format string, args ...any) error {
+	for _, a := range args {
+		if err, ok := a.(error); ok && unwritable(err) {
+			return fmt.Errorf("journal/sqlite: %s: %w: "+format, append([]any{d.path, journal.ErrUnreachable}, args...)...)
+		}
+	}
 	return fmt.Errorf("journal/sqlite: %s: "+format, append([]any{d.path}, args...)...)
+}
+
+// unwritable reports whether err says the disk, not the request, is at
+// fault, a state that may pass: SQLITE_FULL ("database or disk is full")
+// and SQLITE_IOERR with its extended codes (a read or write the operating
+// system failed), per SQLite's result codes (sqlite.org/rescode.html), and
+// ENOSPC or EIO from the operating system itself. A busy database, a
+// corrupt file or a constraint is not.
+func unwritable(err error) bool {
+	var se *msqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR:
+			return true
+		}
+		return false
+	}
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EIO)
 }
 
 // lockWrite takes this process's write lock, or fails when ctx ends first.
