@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -112,81 +110,9 @@ func (c *cli) run(args ...string) (int, string) {
 // and writes the CLI's config for it.
 func startChaosSim(t *testing.T, c *cli) (url, admin string) {
 	t.Helper()
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "sim.toml")
-	if err := os.WriteFile(cfgPath, []byte(chaosSim), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := c.command("sim", "serve", "--addr", "127.0.0.1:0", "--state", filepath.Join(dir, "state.json"), "--config", cfgPath)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		done <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	keys := map[string]string{}
-	var cloud string
-	timeout := time.After(30 * time.Second)
-	for len(keys) < 2 {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("sim serve exited early: %s", stderr.String())
-			}
-			if v, ok := strings.CutPrefix(l, "# endpoint: "); ok {
-				url = v
-			}
-			if v, ok := strings.CutPrefix(l, "# admin token: "); ok {
-				admin = v
-			}
-			if strings.HasPrefix(l, "[") && strings.HasSuffix(l, "]") {
-				cloud = strings.Trim(l, "[]")
-			}
-			if v, ok := strings.CutPrefix(l, "api_key = "); ok {
-				keys[cloud] = strings.Trim(v, `"`)
-			}
-		case <-timeout:
-			t.Fatalf("sim serve printed no config in 30s: %s", stderr.String())
-		}
-	}
-	go func() { // keep draining so the server never blocks on stdout
-		for range lines {
-		}
-	}()
-	var b strings.Builder
-	for _, name := range cloudNames {
-		fmt.Fprintf(&b, "[%s]\ntype = \"sim\"\nendpoint = %q\napi_key = %q\npoll_interval = \"100ms\"\nconsistency_window = \"1s\"\nboot_timeout = \"30s\"\ndelete_timeout = \"30s\"\n\n",
-			name, url, keys[name])
-	}
-	if err := os.MkdirAll(filepath.Join(c.home, "config", "gpuprov"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(c.home, "config", "gpuprov", "config.toml"), []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return url, admin
+	s := startSimServe(t, c, t.TempDir(), chaosSim)
+	c.writeConfig(s, "")
+	return s.Endpoint, s.AdminToken
 }
 
 // trialOutcome is what one trial found.
@@ -320,68 +246,18 @@ func chaosTrial(t *testing.T, c *cli, url, admin, name string, cluster bool, kil
 	if code, out := c.run("recover"); code != 0 && code != 1 {
 		t.Fatalf("%s: gpuprov recover exited %d:\n%s", name, code, out)
 	}
-	code, out := c.run("list", "--all", "-o", "json")
-	if code != 0 {
-		t.Fatalf("%s: gpuprov list exited %d:\n%s", name, code, out)
-	}
-	var vms []struct {
-		Name       string `json:"name"`
-		State      string `json:"state"`
-		InstanceID string `json:"instance_id"`
-	}
-	if err := json.Unmarshal([]byte(out), &vms); err != nil {
-		t.Fatalf("%s: list -o json: %v\n%s", name, err, out)
-	}
-	o.states = map[string]int{}
-	owner := map[string]string{} // instance id → ready VM
-	for _, v := range vms {
-		if !strings.HasPrefix(v.Name, name) {
-			continue
-		}
-		o.states[v.State]++
-		switch v.State {
-		case "pending", "provisioning", "deleting":
-			o.stuck = append(o.stuck, v.Name+" "+v.State)
-		case "ready":
-			owner[v.InstanceID] = v.Name
-			if cluster && !ranJoin(t, c, v.Name) {
-				o.unjoined = append(o.unjoined, v.Name)
+	v := viewAtRest(t, c, url, admin, name)
+	o.leaks, o.duplicates, o.stuck, o.states = v.leaks, v.duplicates, v.stuck, v.states
+	if cluster {
+		for _, vm := range v.ready {
+			if !ranJoin(t, c, vm) {
+				o.unjoined = append(o.unjoined, vm)
 			}
 		}
 	}
-	perVM := map[string]int{}
-	for _, cloud := range cloudNames {
-		live, err := liveInstances(url, admin, cloud)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, in := range live {
-			vm := in.Labels["gpuprov"]
-			perVM[vm]++
-			if owner[in.ID] != vm {
-				o.leaks = append(o.leaks, fmt.Sprintf("%s/%s (vm %q, %s)", cloud, in.ID, vm, in.Status))
-			}
-		}
-	}
-	for vm, n := range perVM {
-		if n > 1 {
-			o.duplicates = append(o.duplicates, fmt.Sprintf("%s×%d", vm, n))
-		}
-	}
-	sort.Strings(o.leaks)
-	if code, out := c.run("down", "--all"); code != 0 {
-		t.Errorf("%s: gpuprov down --all exited %d:\n%s", name, code, out)
-	}
-	for _, cloud := range cloudNames {
-		live, err := liveInstances(url, admin, cloud)
-		if err != nil {
-			t.Fatal(err)
-		}
-		side, err := sideResources(url, admin, cloud)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.left += len(live) + side
+	if left, out := downAll(t, c, url, admin); left > 0 {
+		o.left = left
+		t.Logf("%s: down --all printed:\n%s", name, out)
 	}
 	if len(o.leaks)+len(o.duplicates)+len(o.stuck)+o.left > 0 {
 		t.Logf("%s: up printed:\n%s", name, upOut.String())

@@ -5,7 +5,9 @@
 //	go run ./examples/scale s1 [-vms 1000] [-runs 3]   # 1,000 VMs at once under API rate limits
 //	go run ./examples/scale s2 [-vms 50]  [-runs 3]   # failover latency, capacity answer → next create
 //	go run ./examples/scale s3 [-vms 1000] [-runs 3]  # SIGKILL mid-boot, recovery by a new process
+//	go run ./examples/scale s5 [-vms 1000] [-replicas 3] [-rate 50] [-share=false]  # replicas sharing one account's rate
 //	go test ./examples/scale -run Chaos -chaos.trials=500 -timeout 2h   # gpuprov up killed at random
+//	go test ./examples/scale -run FleetReplicas -replicas.trials=100 -timeout 1h   # fleet replicas killed, paused, cut off
 //
 // S1 runs the sim server, the journal and the Provisioner in this process:
 // two sim accounts, each limited to 50 requests/s (the server answers 429
@@ -32,8 +34,28 @@
 // with the GPUPROV_SCALE_ROLE environment variable, so the test binary can
 // play them too.
 //
+// S5 runs the sim server (one account limited to -rate requests/s, 429
+// beyond, no faults; API 20ms, boot 3s±1s), a PostgreSQL journal (a
+// private server, or a schema of its own on -journal's) and -replicas
+// Provisioners on it, each with its own sim adapter (so its own pacer) and
+// owner, as separate processes would have. Each launches its share of the
+// VMs at once. With journal.Members the replicas pace the account's rate
+// between them; -share=false hides it (each paces the whole rate). It
+// reports the wall time to all ready against the floor one process would
+// have at the account's rate for the requests answered, and, from an
+// http.RoundTripper under the adapters, the requests and 429s of every
+// second and replica.
+//
 // The chaos test (chaos_test.go) starts `gpuprov sim serve` with faults on
 // and drives the gpuprov CLI as separate processes: `up` (one VM or a
 // 3-node cluster) killed at a uniformly drawn moment, `recover`, the leak
 // and duplicate checks, `down --all` and the check that nothing is left.
+//
+// The replica chaos test (replicas_test.go) runs three examples/fleet
+// processes on one private PostgreSQL journal against the sim server and,
+// at random moments, SIGKILLs one (started again later), SIGSTOPs one for
+// one to three lease TTLs, stops PostgreSQL (fast or immediate) for a while
+// and has the sim preempt instances; after each trial the fleet must be at
+// its target with one live instance per ready VM, nothing duplicated,
+// leaked or stuck, and nothing left after the fleet is taken down.
 package main

@@ -28,6 +28,8 @@ func main() {
 		err = cmdS2(ctx, os.Args[2:])
 	case "s3":
 		err = cmdS3(ctx, os.Args[2:])
+	case "s5":
+		err = cmdS5(ctx, os.Args[2:])
 	default:
 		usage()
 		os.Exit(2)
@@ -39,7 +41,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: scale s1|s2|s3 [flags]   (see go doc ./examples/scale)")
+	fmt.Fprintln(os.Stderr, "usage: scale s1|s2|s3|s5 [flags]   (see go doc ./examples/scale)")
 }
 
 func cmdS1(ctx context.Context, args []string) error {
@@ -123,6 +125,31 @@ func cmdS3(ctx context.Context, args []string) error {
 		cfg.Dir = dir
 		res, err := runS3(ctx, cfg)
 		os.RemoveAll(dir)
+		if err != nil {
+			return err
+		}
+		fmt.Print(res.Report())
+	}
+	return nil
+}
+
+func cmdS5(ctx context.Context, args []string) error {
+	cfg := defaultS5()
+	fs := flag.NewFlagSet("s5", flag.ExitOnError)
+	fs.IntVar(&cfg.VMs, "vms", cfg.VMs, "VMs to launch, split evenly over the replicas")
+	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "Provisioners on the shared journal, each with its own adapter and pacer")
+	fs.Float64Var(&cfg.RateLimit, "rate", cfg.RateLimit, "the account's API requests per second")
+	fs.IntVar(&cfg.Burst, "burst", cfg.Burst, "each replica's adapter token bucket burst")
+	fs.DurationVar(&cfg.Boot, "boot", cfg.Boot, "boot time")
+	fs.DurationVar(&cfg.Stagger, "stagger", cfg.Stagger, "start replica i this much after replica i-1 (0: all at once)")
+	fs.StringVar(&cfg.Journal, "journal", "", "PostgreSQL URL to make the journal's schema in (default: a private server)")
+	fs.BoolVar(&cfg.Share, "share", cfg.Share, "let the replicas share the account's rate (false hides journal.Members: the baseline)")
+	fs.BoolVar(&cfg.Timeline, "timeline", false, "report every second's requests and 429s")
+	runs := fs.Int("runs", 1, "runs (each in a fresh sim and journal)")
+	_ = fs.Parse(args)
+	for i := range *runs {
+		cfg.Seed = defaultS5().Seed + uint64(i)
+		res, err := runS5(ctx, cfg)
 		if err != nil {
 			return err
 		}
