@@ -354,7 +354,7 @@ func (d *driver) deleteInstances(ctx context.Context, pp *paced, a *journal.Atte
 func (p *Provisioner) block(o *provider.Offer, kind provider.ErrorKind, scope provider.Scope, for_ time.Duration, cause error) journal.Block {
 	now := p.clock.Now()
 	ttl := cmp.Or(for_, p.blockTTL[kind], 10*time.Minute)
-	if scope == provider.ScopeSpot && !o.Spot || scope == provider.ScopeFamily && o.Family == "" {
+	if scope == provider.ScopeSpot && !o.Spot || scope == provider.ScopeFamily && o.Family == "" || scope == provider.ScopeHost && o.Host == "" {
 		scope = provider.ScopeOffer // a scope the offer is not in blocks the offer
 	}
 	return journal.Block{
@@ -374,6 +374,11 @@ func blockKey(o *provider.Offer, scope provider.Scope) string {
 		return "zone:" + o.Provider + "|" + o.Location.Region + "|" + o.Location.Zone
 	case provider.ScopeSpot:
 		return "spot:" + o.Provider + "|" + o.Location.Region
+	case provider.ScopeHost:
+		if o.Host == "" {
+			return "offer:" + o.Key()
+		}
+		return "host:" + o.Provider + "|" + o.Host
 	case provider.ScopeFamily:
 		pricing := "od"
 		if o.Spot {
@@ -393,6 +398,9 @@ func blockedBy(o *provider.Offer, blocks map[string]journal.Block) (journal.Bloc
 	}
 	if o.Family != "" {
 		scopes = append(scopes, provider.ScopeFamily)
+	}
+	if o.Host != "" {
+		scopes = append(scopes, provider.ScopeHost)
 	}
 	for _, s := range scopes {
 		if b, ok := blocks[blockKey(o, s)]; ok {

@@ -228,3 +228,51 @@ func TestReadyLiftsTheStockoutBlock(t *testing.T) {
 		t.Errorf("creates %v, want %v", on, want)
 	}
 }
+
+// TestHostBlock: a failure scoped to a host (a machine that failed GPU
+// acceptance) blocks every offer on that machine and nothing else, and one
+// on an offer without a host blocks only that offer.
+func TestHostBlock(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		hosts     [3]string // hosts of the three offers, cheapest first
+		wantOffer string
+		wantBlock string
+	}{
+		{"the host's other offer is skipped", [3]string{"m1", "m1", "m2"}, "a|us-east|us-east-1a|h100.c|od", "host:a|m1"},
+		{"no host: only the offer is blocked", [3]string{"", "", ""}, "a|us-east|us-east-1a|h100.b|od", "offer:a|us-east|us-east-1a|h100.a|od"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			a := e.fake("a")
+			a.Offers = nil
+			for i, typ := range []string{"h100.a", "h100.b", "h100.c"} {
+				o := pt.Offer("us-east", "us-east-1a", typ, "H100-80GB", 1, 2.0+float64(i)/10)
+				o.Host = tc.hosts[i]
+				a.Offers = append(a.Offers, o)
+			}
+			a.Script(&pt.Rule{Op: pt.OpCreate, Match: func(c *pt.Call) bool { return c.Offer == "a|us-east|us-east-1a|h100.a|od" },
+				Err: &provider.Error{Kind: provider.Failed, Op: "create", Provider: "a", Err: errors.New("bad machine"), Block: provider.ScopeHost}})
+			req := h100("vm")
+			req.Providers = []string{"a"}
+			if _, err := e.p.Launch(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			var tried []string
+			for _, c := range a.Calls(pt.OpCreate) {
+				tried = append(tried, c.Offer)
+			}
+			if want := []string{"a|us-east|us-east-1a|h100.a|od", tc.wantOffer}; !slices.Equal(tried, want) {
+				t.Errorf("creates %v, want %v", tried, want)
+			}
+			blocks, err := e.j.Blocks(ctx, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(blocks) != 1 || blocks[0].Key != tc.wantBlock {
+				t.Errorf("blocks %+v, want one %s", blocks, tc.wantBlock)
+			}
+		})
+	}
+}

@@ -79,9 +79,13 @@ const (
 	// on-demand or Spot as the offer is (a per-family quota). An offer
 	// without a Family is blocked as ScopeOffer.
 	ScopeFamily
+	// ScopeHost blocks the offers on one machine (Offer.Host): a machine
+	// that failed GPU acceptance. An offer without a Host is blocked as
+	// ScopeOffer (its type in its zone).
+	ScopeHost
 )
 
-var scopeNames = [...]string{"default", "offer", "zone", "region", "provider", "spot", "family"}
+var scopeNames = [...]string{"default", "offer", "zone", "region", "provider", "spot", "family", "host"}
 
 func (s Scope) String() string {
 	if int(s) < len(scopeNames) && s >= 0 {

@@ -273,6 +273,11 @@ type Offer struct {
 	// waiting for capacity tries a stocked-out offer again as soon as a
 	// fresh plan shows it in stock, without waiting out its block.
 	InStock bool `json:"in_stock,omitempty"`
+	// Host is the cloud's id of the one machine the offer is on, where
+	// an offer is a machine (a marketplace's: Vast.ai's machine id); empty
+	// where the cloud picks the machine at create. A ScopeHost block (a
+	// machine that failed GPU acceptance) covers the offers of its host.
+	Host string `json:"host,omitempty"`
 	// Detail is the adapter's private data for Create (vendor ids such as an
 	// image, a socket or a data center id). The core journals it as is.
 	Detail json.RawMessage `json:"detail,omitempty"`
@@ -416,6 +421,9 @@ type Observed struct {
 	InstanceType string         `json:"instance_type,omitempty"`
 	Created      time.Time      `json:"created"`
 	VendorStatus string         `json:"vendor_status,omitempty"`
+	// Host is the cloud's id of the machine the instance runs on, where
+	// the cloud exposes one; empty otherwise.
+	Host string `json:"host,omitempty"`
 }
 
 // Feature is something a cloud may not support.

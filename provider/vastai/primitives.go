@@ -119,7 +119,7 @@ func (p *Provider) offer(w wireOffer, disk int) (provider.Offer, bool) {
 		Provider: p.base.Name, Location: provider.Location{Region: country(w.Geolocation), Zone: machineZone(w.MachineID)},
 		InstanceType: fmt.Sprintf("%s x%d", w.GPUName, w.NumGPUs), GPU: model.Name, GPUCount: w.NumGPUs, GPUMemoryGB: model.MemoryGB,
 		VCPUs: int(w.CPUCoresEffective), MemoryGB: math.Floor(memGB), PricePerHour: w.DPHTotal,
-		DiskGB: disk, MaxDiskGB: int(w.DiskSpace), InStock: true, Detail: detail,
+		DiskGB: disk, MaxDiskGB: int(w.DiskSpace), InStock: true, Host: idString(w.MachineID), Detail: detail,
 	}, true
 }
 
@@ -285,7 +285,8 @@ func observed(in wireInstance) provider.Observed {
 	vm, _, _ := parseLabel(in.Label)
 	o := provider.Observed{ID: idString(in.ID), VM: vm, Status: status(in), VendorStatus: vendorStatus(in),
 		Location:     provider.Location{Region: country(in.Geolocation), Zone: machineZone(in.MachineID)},
-		InstanceType: fmt.Sprintf("%s x%d", in.GPUName, in.NumGPUs), PublicIP: strings.TrimSpace(in.PublicIPAddr)}
+		InstanceType: fmt.Sprintf("%s x%d", in.GPUName, in.NumGPUs), PublicIP: strings.TrimSpace(in.PublicIPAddr),
+		Host: idString(in.MachineID)}
 	if in.StartDate > 0 {
 		o.Created = time.Unix(int64(in.StartDate), 0).UTC()
 	}

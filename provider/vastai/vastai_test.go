@@ -54,7 +54,7 @@ func TestPlanSearchesWithTheFiltersAndNormalizes(t *testing.T) {
 		t.Fatalf("offers\n%v\nwant\n%v", got, want)
 	}
 	o := offers[0]
-	if o.GPU != "H100-80GB" || o.GPUMemoryGB != 80 || o.GPUCount != 1 || o.VCPUs != 16 || o.DiskGB != 50 || o.MaxDiskGB != 300 || !o.InStock || o.Spot {
+	if o.GPU != "H100-80GB" || o.GPUMemoryGB != 80 || o.GPUCount != 1 || o.VCPUs != 16 || o.DiskGB != 50 || o.MaxDiskGB != 300 || !o.InStock || o.Spot || o.Host != "5002" {
 		t.Fatalf("offer %+v", o)
 	}
 	var d map[string]any
