@@ -77,7 +77,7 @@ func newFenceWorldWith(t *testing.T, aCloud func(*pt.Fake) provider.CloudProvide
 	w := &fenceWorld{t: t, clk: clk, f: f, j: db, aj: &cutOff{Journal: db}}
 	newP := func(j journal.Journal, owner string, cp provider.CloudProvider, opts ...gpuprov.Option) *gpuprov.Provisioner {
 		p, err := gpuprov.New(j, append([]gpuprov.Option{gpuprov.WithClock(clk), gpuprov.WithOwner(owner), gpuprov.WithProvider(cp),
-			gpuprov.WithLeaseTTL(30*time.Second), gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1)}, opts...)...)
+			gpuprov.WithLeaseTTL(30 * time.Second), gpuprov.WithBackoff(100*time.Millisecond, time.Second, 1)}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +157,7 @@ func TestExpiredLeaseSendsNoCreate(t *testing.T) {
 	done := w.launchUntilCreateWaits(ctx)
 	w.takeOver(ctx)
 
-	w.aj.cut.Store(false)            // the journal answers a again
+	w.aj.cut.Store(false)           // the journal answers a again
 	w.clk.Advance(70 * time.Second) // a's turn comes
 	var err error
 	w.until("a's launch to end", func() bool {
