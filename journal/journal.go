@@ -180,6 +180,12 @@ type Attempt struct {
 	ErrorKind   string          `json:"error_kind,omitempty"`
 	StartedAt   time.Time       `json:"started_at"`
 	EndedAt     time.Time       `json:"ended_at,omitzero"`
+	// Host is the cloud's id of the machine the attempt's instance ran on,
+	// where the cloud names one (provider.Offer.Host, provider.Observed.Host).
+	Host string `json:"host,omitempty"`
+	// Acceptance is the GPU acceptance result of the attempt (a
+	// gpu.Report), stored as given: the journal does not interpret it.
+	Acceptance json.RawMessage `json:"acceptance,omitempty"`
 }
 
 // Event is one entry of a VM's audit trail. Seq is assigned by the journal,
@@ -299,6 +305,87 @@ type Step struct {
 	// Key if that block was made before Before (a block made since stands).
 	// Lifts run after Blocks.
 	Lifts []Lift
+	// Outcomes are added to the per-offer history (OfferHistory), in the
+	// same transaction: a Step whose Update fails counts nothing.
+	Outcomes []Outcome
+}
+
+// OutcomeKind is what happened to an attempt, as the per-offer history
+// counts it.
+type OutcomeKind string
+
+// Outcome kinds.
+const (
+	OutcomeCreated          OutcomeKind = "created"           // a create was sent
+	OutcomeReady            OutcomeKind = "ready"             // the attempt ended ready; Elapsed: create → ready
+	OutcomeAcceptanceFailed OutcomeKind = "acceptance_failed" // the machine failed GPU acceptance; Elapsed: create → end
+	OutcomeStockout         OutcomeKind = "stockout"          // the cloud had no capacity; Elapsed: create → end
+	OutcomePreempted        OutcomeKind = "preempted"         // a ready machine was reclaimed; Elapsed: create → reclaim
+	OutcomeFailed           OutcomeKind = "failed"            // any other end after a create; Elapsed: create → end
+)
+
+// Valid reports whether k is one of the outcome kinds.
+func (k OutcomeKind) Valid() bool {
+	switch k {
+	case OutcomeCreated, OutcomeReady, OutcomeAcceptanceFailed, OutcomeStockout, OutcomePreempted, OutcomeFailed:
+		return true
+	}
+	return false
+}
+
+// Outcome is one fact about an attempt on an offer, for the per-offer
+// history. Elapsed of every kind but OutcomeCreated and OutcomeReady adds
+// to the offer's Wasted time (billed for nothing).
+type Outcome struct {
+	OfferKey     string        `json:"offer_key"` // provider.Offer.Key()
+	Provider     string        `json:"provider"`
+	Region       string        `json:"region"`
+	Zone         string        `json:"zone,omitempty"`
+	InstanceType string        `json:"instance_type"`
+	Spot         bool          `json:"spot,omitempty"`
+	Kind         OutcomeKind   `json:"kind"`
+	Elapsed      time.Duration `json:"elapsed,omitempty"`
+	At           time.Time     `json:"at"`
+}
+
+// OfferStats is the history of one offer: counts of what its attempts
+// came to, and the time from create to ready. It is kept incrementally
+// (one row per offer and one per time bucket used), never computed from the
+// attempts, and survives Prune.
+type OfferStats struct {
+	OfferKey         string `json:"offer_key"`
+	Provider         string `json:"provider"`
+	Region           string `json:"region"`
+	Zone             string `json:"zone,omitempty"`
+	InstanceType     string `json:"instance_type"`
+	Spot             bool   `json:"spot,omitempty"`
+	Created          int64  `json:"created"`
+	Ready            int64  `json:"ready"`
+	AcceptanceFailed int64  `json:"acceptance_failed"`
+	Stockouts        int64  `json:"stockouts"`
+	Preempted        int64  `json:"preempted"`
+	Failed           int64  `json:"failed"`
+	// ReadyP50 and ReadyP90 are the median and 90th percentile of the time
+	// from create to ready, read from a histogram of ReadyBuckets: each
+	// is within a factor of √ReadyBucketRatio (about 12%) of the true
+	// value, for times between 1 s and the last bucket (about 20 h).
+	ReadyP50 time.Duration `json:"ready_p50,omitempty"`
+	ReadyP90 time.Duration `json:"ready_p90,omitempty"`
+	// Wasted is the time billed on attempts that did not end ready
+	// (summed Elapsed of the failing outcomes).
+	Wasted  time.Duration `json:"wasted,omitempty"`
+	Updated time.Time     `json:"updated"`
+}
+
+// ReadyBucketRatio is the ratio between the edges of consecutive buckets
+// of the histogram of time to ready that OfferStats percentiles are read
+// from.
+const ReadyBucketRatio = 1.25
+
+// OfferHistory is a Journal that keeps the per-offer history (both
+// backends do). It is read whole: one row per offer ever tried.
+type OfferHistory interface {
+	OfferStats(ctx context.Context) (map[string]OfferStats, error)
 }
 
 // Lift removes a block that a later fact contradicts: a stockout block on

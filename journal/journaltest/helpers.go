@@ -70,6 +70,8 @@ func newAttempt(vm string, n int) journal.Attempt {
 		Error:       "boom",
 		ErrorKind:   "failed",
 		StartedAt:   at(time.Duration(n) * time.Millisecond),
+		Host:        fmt.Sprintf("m-%d", 5000+n),
+		Acceptance:  json.RawMessage(`{"ok":false,"summary":"7 of 8 GPUs visible; missing 0000:db:00.0","gpus":[{"index":0}]}`),
 	}
 }
 

@@ -52,3 +52,13 @@ func (k *Killable) Release(ctx context.Context, name, owner string) error {
 	}
 	return k.Journal.Release(ctx, name, owner)
 }
+
+// OfferStats passes the wrapped journal's per-offer history through (a
+// read: it works after the kill too).
+func (k *Killable) OfferStats(ctx context.Context) (map[string]journal.OfferStats, error) {
+	oh, ok := k.Journal.(journal.OfferHistory)
+	if !ok {
+		return nil, nil
+	}
+	return oh.OfferStats(ctx)
+}

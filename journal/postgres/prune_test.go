@@ -148,8 +148,8 @@ func TestMigrateVersion3JournalForMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if v, err := classify(ctx, j.pool); err != nil || v != schemaVersion || schemaVersion != 4 {
-		t.Errorf("schema version after Open: %d, %v; want 4", v, err)
+	if v, err := classify(ctx, j.pool); err != nil || v != schemaVersion {
+		t.Errorf("schema version after Open: %d, %v; want %d", v, err, schemaVersion)
 	}
 	if j.Installation() != "feedc0de00000003" {
 		t.Errorf("installation %q after migration, want feedc0de00000003", j.Installation())
@@ -162,5 +162,48 @@ func TestMigrateVersion3JournalForMembers(t *testing.T) {
 	live, err := j.Beat(ctx, "p1", []string{"sim"}, now, now.Add(time.Minute))
 	if err != nil || live["sim"] != 1 {
 		t.Errorf("Beat on the migrated journal = %v, %v; want sim: 1", live, err)
+	}
+}
+
+// TestMigrateVersion4JournalForOfferHistory: a journal written by schema
+// version 4 opens at version 5; its attempts read back with no host and no
+// acceptance, and outcomes can be counted at once.
+func TestMigrateVersion4JournalForOfferHistory(t *testing.T) {
+	ctx := context.Background()
+	srv := pgtest.Require(t)
+	u := srv.NewSchema(t)
+	err := srv.ExecURL(ctx, u,
+		"CREATE TABLE "+metaTable+" (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+		"CREATE TABLE "+versionTable+" (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)",
+		"INSERT INTO "+versionTable+" VALUES (0, 1), (1, 1), (2, 1), (3, 1), (4, 1)",
+		"INSERT INTO "+metaTable+" VALUES ('installation', 'feedc0de00000004')",
+		migrations[0], migrations[1], migrations[2], migrations[3],
+		`INSERT INTO gpuprov_vms (name, id, cluster, state, phase, attempt, provider, region, zone, price_per_hour,
+			instance_id, ssh_host, ssh_port, ssh_user, host_key, last_error, last_error_kind, owner, lease_expiry, version)
+		VALUES ('old-1', 'x1', '', 'ready', '', 1, 'sim', 'r', 'r-a', 2.5, 'i-1', '', 0, '', '', '', '', '', NULL, 3)`,
+		`INSERT INTO gpuprov_attempts (vm, n, provider, region, zone, offer_key, state, phase, token, host_key, cleaned_up, error, error_kind)
+		VALUES ('old-1', 1, 'sim', 'r', 'r-a', 'sim|r|r-a|t|od', 'succeeded', '', 'tok', '', false, '', '')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if v, err := classify(ctx, j.pool); err != nil || v != 5 || schemaVersion != 5 {
+		t.Errorf("schema version after Open: %d, %v; want 5", v, err)
+	}
+	as, err := j.Attempts(ctx, "old-1")
+	if err != nil || len(as) != 1 || as[0].Host != "" || as[0].Acceptance != nil || as[0].OfferKey != "sim|r|r-a|t|od" {
+		t.Fatalf("old attempt after migration: %+v, %v", as, err)
+	}
+	now := time.Unix(1e9, 0)
+	err = j.Commit(ctx, &journal.Step{Outcomes: []journal.Outcome{{OfferKey: "sim|r|r-a|t|od", Provider: "sim", Kind: journal.OutcomeCreated, At: now}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := j.OfferStats(ctx); err != nil || st["sim|r|r-a|t|od"].Created != 1 {
+		t.Errorf("history on the migrated journal: %v, %v", st, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/internal/offerstat"
 	"github.com/org/gpuprov/journal/internal/rowcodec"
 )
 
@@ -86,4 +87,19 @@ func query[T any](ctx context.Context, d *DB, q string, args []any, scan func(ro
 		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// OfferStats implements journal.OfferHistory. The two reads are not one
+// snapshot: a count may be newer than the histogram by the outcomes
+// committed between them.
+func (d *DB) OfferStats(ctx context.Context) (map[string]journal.OfferStats, error) {
+	stats, err := query(ctx, d, sqlStmts.ListOfferStats, nil, func(s rowcodec.Scanner) (offerstat.Row, error) { return offerstat.ScanStats(s) })
+	if err != nil {
+		return nil, d.errorf("offer history: %w", err)
+	}
+	ready, err := query(ctx, d, sqlStmts.ListOfferReady, nil, func(s rowcodec.Scanner) (offerstat.Row, error) { return offerstat.ScanReady(s) })
+	if err != nil {
+		return nil, d.errorf("offer history: %w", err)
+	}
+	return offerstat.Merge(stats, ready), nil
 }

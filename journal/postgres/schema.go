@@ -144,6 +144,33 @@ var migrations = schema.Migrations{
 		accounts TEXT[] NOT NULL,
 		expiry   BIGINT NOT NULL
 	);`,
+	// 5: the machine an attempt ran on and its GPU acceptance result; the
+	// per-offer history (journal.OfferHistory): counters per offer and a
+	// histogram of the time to ready, a row per bucket used.
+	`ALTER TABLE gpuprov_attempts ADD COLUMN host TEXT NOT NULL DEFAULT '';
+	ALTER TABLE gpuprov_attempts ADD COLUMN acceptance TEXT;
+	CREATE TABLE gpuprov_offer_stats (
+		offer_key         TEXT PRIMARY KEY,
+		provider          TEXT NOT NULL,
+		region            TEXT NOT NULL,
+		zone              TEXT NOT NULL,
+		instance_type     TEXT NOT NULL,
+		spot              BOOLEAN NOT NULL,
+		created           BIGINT NOT NULL,
+		ready             BIGINT NOT NULL,
+		acceptance_failed BIGINT NOT NULL,
+		stockouts         BIGINT NOT NULL,
+		preempted         BIGINT NOT NULL,
+		failed            BIGINT NOT NULL,
+		wasted            BIGINT NOT NULL,
+		updated           BIGINT
+	);
+	CREATE TABLE gpuprov_offer_ready (
+		offer_key TEXT NOT NULL,
+		bucket    INTEGER NOT NULL,
+		n         BIGINT NOT NULL,
+		PRIMARY KEY (offer_key, bucket)
+	);`,
 }
 
 // schemaVersion is the schema version this package writes and the newest it

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/internal/offerstat"
 	"github.com/org/gpuprov/journal/internal/rowcodec"
 )
 
@@ -82,4 +83,17 @@ func query[T any](ctx context.Context, db *sql.DB, q string, args []any, scan fu
 		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// OfferStats implements journal.OfferHistory.
+func (d *DB) OfferStats(ctx context.Context) (map[string]journal.OfferStats, error) {
+	stats, err := query(ctx, d.db, sqlStmts.ListOfferStats, nil, func(s rowcodec.Scanner) (offerstat.Row, error) { return offerstat.ScanStats(s) })
+	if err != nil {
+		return nil, d.errorf("offer history: %w", err)
+	}
+	ready, err := query(ctx, d.db, sqlStmts.ListOfferReady, nil, func(s rowcodec.Scanner) (offerstat.Row, error) { return offerstat.ScanReady(s) })
+	if err != nil {
+		return nil, d.errorf("offer history: %w", err)
+	}
+	return offerstat.Merge(stats, ready), nil
 }

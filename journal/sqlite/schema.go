@@ -118,6 +118,33 @@ var migrations = schema.Migrations{
 		accounts TEXT NOT NULL,
 		expiry   INTEGER NOT NULL
 	) STRICT;`,
+	// 5: the machine an attempt ran on and its GPU acceptance result; the
+	// per-offer history (journal.OfferHistory): counters per offer and a
+	// histogram of the time to ready, a row per bucket used.
+	`ALTER TABLE attempts ADD COLUMN host TEXT NOT NULL DEFAULT '';
+	ALTER TABLE attempts ADD COLUMN acceptance TEXT;
+	CREATE TABLE offer_stats (
+		offer_key         TEXT PRIMARY KEY,
+		provider          TEXT NOT NULL,
+		region            TEXT NOT NULL,
+		zone              TEXT NOT NULL,
+		instance_type     TEXT NOT NULL,
+		spot              INTEGER NOT NULL,
+		created           INTEGER NOT NULL,
+		ready             INTEGER NOT NULL,
+		acceptance_failed INTEGER NOT NULL,
+		stockouts         INTEGER NOT NULL,
+		preempted         INTEGER NOT NULL,
+		failed            INTEGER NOT NULL,
+		wasted            INTEGER NOT NULL,
+		updated           INTEGER
+	) STRICT;
+	CREATE TABLE offer_ready (
+		offer_key TEXT NOT NULL,
+		bucket    INTEGER NOT NULL,
+		n         INTEGER NOT NULL,
+		PRIMARY KEY (offer_key, bucket)
+	) STRICT;`,
 }
 
 // schemaVersion is the schema version this package writes and the newest it

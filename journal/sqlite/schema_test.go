@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/org/gpuprov/journal"
 )
 
 // rawDB opens path through the bare driver with the journal's DSN, as a
@@ -135,8 +137,8 @@ func TestMigrateVersion3JournalForMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if v, err := readVersion(ctx, j.db); err != nil || v != schemaVersion || schemaVersion != 4 {
-		t.Errorf("schema version: %d, %v; want 4", v, err)
+	if v, err := readVersion(ctx, j.db); err != nil || v != schemaVersion {
+		t.Errorf("schema version: %d, %v; want %d", v, err, schemaVersion)
 	}
 	if j.Installation() != "feedc0de00000003" {
 		t.Errorf("installation %q after migration, want feedc0de00000003", j.Installation())
@@ -149,5 +151,44 @@ func TestMigrateVersion3JournalForMembers(t *testing.T) {
 	live, err := j.Beat(ctx, "p1", []string{"sim"}, now, now.Add(time.Minute))
 	if err != nil || live["sim"] != 1 {
 		t.Errorf("Beat on the migrated journal = %v, %v; want sim: 1", live, err)
+	}
+}
+
+// TestMigrateVersion4JournalForOfferHistory: a journal written by schema
+// version 4 opens at version 5; its attempts read back with no host and no
+// acceptance, and outcomes can be counted at once.
+func TestMigrateVersion4JournalForOfferHistory(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "journal.db")
+	db := rawDB(t, path,
+		"PRAGMA application_id = 1735422582",
+		"CREATE TABLE gpuprov_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT",
+		"INSERT INTO gpuprov_meta VALUES ('schema_version', '4'), ('installation', 'feedc0de00000004')",
+		migrations[0], migrations[1], migrations[2], migrations[3],
+		`INSERT INTO vms (name, id, cluster, state, phase, attempt, provider, region, zone, price_per_hour,
+			instance_id, ssh_host, ssh_port, ssh_user, host_key, last_error, last_error_kind, owner, lease_expiry, version)
+		VALUES ('old-1', 'x1', '', 'ready', '', 1, 'sim', 'r', 'r-a', 2.5, 'i-1', '', 0, '', '', '', '', '', NULL, 3)`,
+		`INSERT INTO attempts (vm, n, provider, region, zone, offer_key, state, phase, token, host_key, cleaned_up, error, error_kind)
+		VALUES ('old-1', 1, 'sim', 'r', 'r-a', 'sim|r|r-a|t|od', 'succeeded', '', 'tok', '', 0, '', '')`)
+	db.Close()
+	j, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if v, err := readVersion(ctx, j.db); err != nil || v != 5 || schemaVersion != 5 {
+		t.Errorf("schema version: %d, %v; want 5", v, err)
+	}
+	as, err := j.Attempts(ctx, "old-1")
+	if err != nil || len(as) != 1 || as[0].Host != "" || as[0].Acceptance != nil || as[0].OfferKey != "sim|r|r-a|t|od" {
+		t.Fatalf("old attempt after migration: %+v, %v", as, err)
+	}
+	now := time.Unix(1e9, 0)
+	err = j.Commit(ctx, &journal.Step{Outcomes: []journal.Outcome{{OfferKey: "sim|r|r-a|t|od", Provider: "sim", Kind: journal.OutcomeCreated, At: now}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := j.OfferStats(ctx); err != nil || st["sim|r|r-a|t|od"].Created != 1 {
+		t.Errorf("history on the migrated journal: %v, %v", st, err)
 	}
 }

@@ -52,7 +52,8 @@ const (
 	// AttemptCols are every column of an attempt row: the values of
 	// Codec.AttemptArgs.
 	AttemptCols = `vm, n, provider, region, zone, offer_key, offer, state, phase, token, prepared,
-		instance_ids, host_key, create_sent, cleaned_up, error, error_kind, started_at, ended_at`
+		instance_ids, host_key, create_sent, cleaned_up, error, error_kind, started_at, ended_at,
+		host, acceptance`
 	// EventCols are every column of an event row; EventWriteCols without
 	// seq, which the backend assigns.
 	EventCols = `seq, ` + EventWriteCols
@@ -159,16 +160,18 @@ func (cd Codec) ScanAttempt(s Scanner) (journal.Attempt, error) {
 		a                    journal.Attempt
 		state                string
 		offer, prepared      *string
+		acceptance           *string
 		sent, started, ended *int64
 	)
 	ids, list := cd.Lists.Dest()
 	err := s.Scan(&a.VM, &a.N, &a.Provider, &a.Region, &a.Zone, &a.OfferKey, &offer, &state, &a.Phase,
-		&a.Token, &prepared, ids, &a.HostKey, &sent, &a.CleanedUp, &a.Error, &a.ErrorKind, &started, &ended)
+		&a.Token, &prepared, ids, &a.HostKey, &sent, &a.CleanedUp, &a.Error, &a.ErrorKind, &started, &ended,
+		&a.Host, &acceptance)
 	if err != nil {
 		return journal.Attempt{}, err
 	}
 	a.State = journal.AttemptState(state)
-	a.Offer, a.Prepared = GoJSON(offer), GoJSON(prepared)
+	a.Offer, a.Prepared, a.Acceptance = GoJSON(offer), GoJSON(prepared), GoJSON(acceptance)
 	if a.InstanceIDs, err = list(); err != nil {
 		return journal.Attempt{}, fmt.Errorf("attempt %s/%d: %w", a.VM, a.N, err)
 	}
@@ -189,7 +192,7 @@ func (cd Codec) AttemptArgs(a *journal.Attempt) ([]any, error) {
 		string(a.State), a.Phase, a.Token, c.json("Attempt.Prepared", a.Prepared),
 		ids, a.HostKey, c.time("Attempt.CreateSent", a.CreateSent),
 		a.CleanedUp, a.Error, a.ErrorKind, c.time("Attempt.StartedAt", a.StartedAt),
-		c.time("Attempt.EndedAt", a.EndedAt)}
+		c.time("Attempt.EndedAt", a.EndedAt), a.Host, c.json("Attempt.Acceptance", a.Acceptance)}
 	return args, c.err
 }
 

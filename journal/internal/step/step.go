@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/journal/internal/offerstat"
 	"github.com/org/gpuprov/journal/internal/rowcodec"
 	"github.com/org/gpuprov/journal/internal/stmt"
 )
@@ -55,6 +56,7 @@ type Prepared struct {
 
 	create, update   []any
 	attempts, blocks [][]any
+	outcomes         []offerstat.Increment
 	granted          bool // Create's lease is granted by the backend's clock
 }
 
@@ -115,6 +117,9 @@ func (r *Runner) Prepare(s *journal.Step) (*Prepared, error) {
 		}
 		p.blocks = append(p.blocks, args)
 	}
+	if p.outcomes, err = offerstat.Increments(s.Outcomes); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -136,10 +141,10 @@ func lengthArgs(v *journal.VM, args []any) ([]any, bool, error) {
 
 // Empty reports whether the Step writes nothing.
 func (p *Prepared) Empty() bool {
-	return p.create == nil && p.update == nil && len(p.attempts)+len(p.Events)+len(p.blocks)+len(p.Step.Lifts) == 0
+	return p.create == nil && p.update == nil && len(p.attempts)+len(p.Events)+len(p.blocks)+len(p.Step.Lifts)+len(p.outcomes) == 0
 }
 
-// Apply runs the Step's Create, Update, Attempts, Blocks and Lifts, in that
+// Apply runs the Step's Create, Update, Attempts, Blocks, Lifts and Outcomes, in that
 // order, in tx; the backend appends the Events. On error the backend must
 // roll back what ran.
 func (r *Runner) Apply(tx Tx, p *Prepared) (Result, error) {
@@ -183,6 +188,16 @@ func (r *Runner) Apply(tx Tx, p *Prepared) (Result, error) {
 	for _, l := range p.Step.Lifts {
 		if err := tx.Exec(r.SQL.LiftBlock, l.Key, rowcodec.CmpTime(l.Before)); err != nil {
 			return res, fmt.Errorf("lifting block %s: %w", l.Key, err)
+		}
+	}
+	for _, o := range p.outcomes {
+		if err := tx.Exec(r.SQL.UpsertOfferStats, o.Stats...); err != nil {
+			return res, fmt.Errorf("offer history of %s: %w", o.Key, err)
+		}
+		if o.Bucket >= 0 {
+			if err := tx.Exec(r.SQL.UpsertOfferReady, o.Key, o.Bucket); err != nil {
+				return res, fmt.Errorf("offer history of %s: %w", o.Key, err)
+			}
 		}
 	}
 	return res, nil

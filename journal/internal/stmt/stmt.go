@@ -108,7 +108,22 @@ type Statements struct {
 	ListAttempts string
 	// LiveBlocks reads the blocks whose until is after $1, ordered by key.
 	LiveBlocks string
+
+	// UpsertOfferStats adds one outcome to its offer's counters
+	// (offerstat.Increment.Stats): offer key, provider, region, zone,
+	// instance type, spot, the six counts, wasted nanoseconds, and the
+	// outcome's time (unix nanoseconds; the row keeps the latest).
+	UpsertOfferStats string
+	// UpsertOfferReady adds one to bucket $2 of offer $1's histogram.
+	UpsertOfferReady string
+	// ListOfferStats and ListOfferReady read the history whole.
+	ListOfferStats, ListOfferReady string
 }
+
+// offerStatsCols are the columns of the per-offer counters, as
+// UpsertOfferStats and ListOfferStats take them.
+var offerStatsCols = []string{"offer_key", "provider", "region", "zone", "instance_type", "spot",
+	"created", "ready", "acceptance_failed", "stockouts", "preempted", "failed", "wasted", "updated"}
 
 // New builds the statements of d.
 func New(d Dialect) *Statements {
@@ -163,6 +178,20 @@ func New(d Dialect) *Statements {
 	s.GetVM = "SELECT " + rowcodec.VMCols + " FROM " + s.VMs + " WHERE name = " + p(1)
 	s.ListAttempts = "SELECT " + rowcodec.AttemptCols + " FROM " + s.Attempts + " WHERE vm = " + p(1) + " ORDER BY n"
 	s.LiveBlocks = "SELECT " + rowcodec.BlockCols + " FROM " + s.Blocks + " WHERE until > " + p(1) + " ORDER BY key" + d.Collate
+
+	stats, ready := d.Prefix+"offer_stats", d.Prefix+"offer_ready"
+	var add []string
+	for _, c := range offerStatsCols[6:13] {
+		add = append(add, c+" = "+stats+"."+c+" + excluded."+c)
+	}
+	s.UpsertOfferStats = "INSERT INTO " + stats + " (" + strings.Join(offerStatsCols, ", ") + ") VALUES (" +
+		params(p, 1, len(offerStatsCols)) + ") ON CONFLICT (offer_key) DO UPDATE SET " + strings.Join(add, ", ") +
+		", updated = CASE WHEN " + stats + ".updated IS NULL OR excluded.updated > " + stats + ".updated" +
+		" THEN excluded.updated ELSE " + stats + ".updated END"
+	s.UpsertOfferReady = "INSERT INTO " + ready + " (offer_key, bucket, n) VALUES (" + p(1) + ", " + p(2) + ", 1)" +
+		" ON CONFLICT (offer_key, bucket) DO UPDATE SET n = " + ready + ".n + 1"
+	s.ListOfferStats = "SELECT " + strings.Join(offerStatsCols, ", ") + " FROM " + stats
+	s.ListOfferReady = "SELECT offer_key, bucket, n FROM " + ready
 	return s
 }
 
@@ -170,7 +199,7 @@ func New(d Dialect) *Statements {
 // prepares statements prepares these.
 func (s *Statements) Step() []string {
 	return []string{s.InsertVM, s.UpdateVM, s.VMState, s.VMOwnerVersion, s.VMExists, s.DeleteAttempts,
-		s.DeleteVM, s.UpsertAttempt, s.UpsertBlock, s.LiftBlock}
+		s.DeleteVM, s.UpsertAttempt, s.UpsertBlock, s.LiftBlock, s.UpsertOfferStats, s.UpsertOfferReady}
 }
 
 // ListVMs returns the query of journal.Journal.ListVMs for opts and its
