@@ -277,8 +277,11 @@ func Check(p *Probe, want Expect, o Options) *Report {
 			add(CheckFabric, provider.Critical, g.Index, citeFabric, "GPU %d's NVSwitch fabric is %q (status %q), not Completed/Success: CUDA fails with \"system not yet initialized\"", g.Index, f.State, f.Status)
 		}
 	}
-	if p.NVSwitches() > 0 && p.FabricManager != "" && p.FabricManager != "active" {
+	switch {
+	case p.NVSwitches() > 0 && p.FabricManager != "" && p.FabricManager != "active":
 		add(CheckFabric, provider.Critical, -1, citeFabric, "%d NVSwitches on the bus and nvidia-fabricmanager is %s", p.NVSwitches(), p.FabricManager)
+	case p.NVSwitches() > 0 && p.FabricManagerWhy != "":
+		skip(CheckFabric, -1, "%d NVSwitches on the bus, and systemd cannot say whether nvidia-fabricmanager runs: %s", p.NVSwitches(), p.FabricManagerWhy)
 	}
 
 	// xid

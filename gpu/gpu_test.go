@@ -466,3 +466,19 @@ echo "[  812.114221] NVRM: Xid (PCI:0000:00:06): 79, pid=2468, name=python, GPU 
 		t.Errorf("summary %q", r.Summary)
 	}
 }
+
+// TestFabricManagerUnknown: where systemd cannot answer (a container, a VM
+// without systemd), the fabric manager's state is said to be unknown, not
+// failed.
+func TestFabricManagerUnknown(t *testing.T) {
+	query, bus := hgx(t, nil)
+	q8 := strings.Replace(read(t, "exporter-h100/q.stdout"), "GPU 00000000:00:09.0", "GPU 00000000:18:00.0", 1)
+	noSystemd := "System has not been booted with systemd as init system (PID 1). Can't operate.\nFailed to connect to bus: Host is down"
+	r := gpu.Check(mustParse(t, probe("query", query, "q", q8, "bus", bus, "fm:1", noSystemd, "xid", "")), gpu.Expect{Model: "H100-80GB", Count: 8}, gpu.Options{})
+	said := slices.ContainsFunc(r.Skipped, func(s gpu.Skipped) bool {
+		return s.Check == "fabric" && strings.Contains(s.Why, "System has not been booted with systemd")
+	})
+	if !r.OK || !said {
+		t.Errorf("ok %v, skipped %+v, findings %+v", r.OK, r.Skipped, r.Findings)
+	}
+}

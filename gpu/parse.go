@@ -36,8 +36,11 @@ type Probe struct {
 	Bus     []Device `json:"bus,omitempty"`
 	BusRead bool     `json:"bus_read"`
 	// FabricManager is `systemctl is-active nvidia-fabricmanager` where an
-	// NVSwitch is on the bus ("" where it was not asked).
-	FabricManager string `json:"fabric_manager,omitempty"`
+	// NVSwitch is on the bus: active, inactive, failed, activating, ...
+	// ("" where it was not asked or systemd could not say: then
+	// FabricManagerWhy says what systemctl printed instead).
+	FabricManager    string `json:"fabric_manager,omitempty"`
+	FabricManagerWhy string `json:"fabric_manager_why,omitempty"`
 	// Xids are the Xid lines of the kernel log since boot; XidRead is false
 	// when no kernel log was readable.
 	Xids    []Xid `json:"xids,omitempty"`
@@ -190,10 +193,7 @@ func Parse(out []byte) (*Probe, error) {
 		p.Bus = parseBus(s.out)
 	}
 	if s := secs["fm"]; s != nil {
-		p.FabricManager = strings.TrimSpace(s.out)
-		if p.FabricManager == "" {
-			p.FabricManager = "unknown"
-		}
+		p.FabricManager, p.FabricManagerWhy = unitState(s)
 	}
 	if s := secs["xid"]; s != nil && s.ok && s.rc == 0 {
 		p.XidRead = true
@@ -491,4 +491,22 @@ func firstLine(s string) string {
 		s = s[:200] + "…"
 	}
 	return s
+}
+
+// unitStates are the answers of systemctl is-active.
+var unitStates = []string{"active", "reloading", "inactive", "failed", "activating", "deactivating", "maintenance", "refreshing"}
+
+// unitState reads a systemctl is-active section: the state, or "" and
+// what it printed instead (no systemd, no systemctl).
+func unitState(s *section) (state, why string) {
+	for _, line := range strings.Split(strings.TrimSpace(s.out), "\n") {
+		if contains(unitStates, strings.TrimSpace(line)) {
+			return strings.TrimSpace(line), ""
+		}
+	}
+	why = firstLine(s.out)
+	if why == "" {
+		why = fmt.Sprintf("systemctl exited %d", s.rc)
+	}
+	return "", why
 }

@@ -29,6 +29,7 @@ type wireOffer struct {
 	Spot         bool    `json:"spot"`
 	DiskGB       int     `json:"disk_gb"`
 	Availability string  `json:"availability"`
+	Host         string  `json:"host"`
 }
 
 type wireInstance struct {
@@ -47,6 +48,7 @@ type wireInstance struct {
 		User string `json:"user"`
 	} `json:"ssh"`
 	PublicIP     string      `json:"public_ip"`
+	HostID       string      `json:"host_id"`
 	CreatedAt    time.Time   `json:"created_at"`
 	TerminatedAt time.Time   `json:"terminated_at"`
 	Events       []wireEvent `json:"events"`

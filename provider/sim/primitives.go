@@ -49,7 +49,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 			InstanceType: w.InstanceType, GPU: w.GPU, GPUCount: w.GPUCount, GPUMemoryGB: w.GPUMemoryGB,
 			VCPUs: w.VCPUs, MemoryGB: w.MemoryGB, PricePerHour: w.PricePerHour, Spot: w.Spot, Detail: detail,
 			InStock: w.Availability != "" && w.Availability != "none", // the sim's stock
-			DiskGB:  w.DiskGB,
+			DiskGB:  w.DiskGB, Host: w.Host,
 		}
 		if g, err := provider.CanonicalGPU(w.GPU); err == nil {
 			o.GPU = g
@@ -177,7 +177,7 @@ func observed(in wireInstance) provider.Observed {
 	o := provider.Observed{
 		ID: in.ID, VM: in.Labels[provider.LabelVM], Status: status(in.Status), PublicIP: in.PublicIP,
 		Location: provider.Location{Region: in.Region, Zone: in.Zone}, InstanceType: in.InstanceType,
-		Created: in.CreatedAt, VendorStatus: in.Status,
+		Created: in.CreatedAt, VendorStatus: in.Status, Host: in.HostID,
 	}
 	if o.Status == provider.StatusRunning && in.SSH != nil && in.SSH.Port > 0 {
 		o.SSH = &provider.SSHEndpoint{Host: in.SSH.Host, Port: in.SSH.Port, User: in.SSH.User}

@@ -41,6 +41,21 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		in, err := s.Instance(r.PathValue("cloud"), r.PathValue("id"))
 		return http.StatusOK, in, err
 	}))
+	mux.Handle("POST /admin/clouds/{cloud}/instances/{id}/gpu-faults", s.admin(func(r *http.Request) (int, any, error) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			return 0, nil, err
+		}
+		var f GPUFault
+		if aerr := decode(body, &f); aerr != nil {
+			return 0, nil, aerr
+		}
+		if err := s.InjectGPUFault(r.PathValue("cloud"), r.PathValue("id"), f); err != nil {
+			return 0, nil, err
+		}
+		in, err := s.Instance(r.PathValue("cloud"), r.PathValue("id"))
+		return http.StatusOK, in, err
+	}))
 	mux.Handle("GET /admin/clouds/{cloud}/resources", s.admin(func(r *http.Request) (int, any, error) {
 		res, err := s.SideResources(r.PathValue("cloud"))
 		return http.StatusOK, res, err

@@ -155,6 +155,9 @@ type Offer struct {
 	// offer (Faults.StockoutOffers, StockoutRegions) the listing says
 	// "none", as the sim's stock; creates fail whatever it says.
 	Availability string `json:"availability" toml:"availability"`
+	// Host, when set, is the one machine the offer is (a marketplace's
+	// listing): its instances run there, and GPU faults can name it.
+	Host string `json:"host,omitempty" toml:"host,omitempty"`
 }
 
 // Duration is a time.Duration written as a string ("1.5s", "300ms") in JSON

@@ -74,6 +74,9 @@ type Faults struct {
 	// the Retry-After of the next token. Zero means no limit.
 	RateLimit float64 `json:"rate_limit,omitempty" toml:"rate_limit,omitempty"`
 	RateBurst int     `json:"rate_burst,omitempty" toml:"rate_burst,omitempty"`
+	// GPUFaults break the GPUs of new instances as their own tools
+	// (nvidia-smi, lspci, dmesg) show it: see GPUFault.
+	GPUFaults []GPUFault `json:"gpu_faults,omitempty" toml:"gpu_faults,omitempty"`
 }
 
 // validate checks probabilities and modes.
@@ -90,6 +93,11 @@ func (f Faults) validate() error {
 	case "", "error", "drop":
 	default:
 		return fmt.Errorf("simserver: lost_create_mode %q: want \"error\" or \"drop\"", f.LostCreateMode)
+	}
+	for _, g := range f.GPUFaults {
+		if err := g.validate(); err != nil {
+			return fmt.Errorf("simserver: %w", err)
+		}
 	}
 	if f.RateLimit < 0 || f.RateBurst < 0 || f.InstanceQuota < 0 {
 		return fmt.Errorf("simserver: negative rate_limit, rate_burst or instance_quota")

@@ -39,6 +39,7 @@ func (in *instance) view() Instance {
 	v := in.Instance
 	v.Labels = maps.Clone(in.Labels)
 	v.Events = slices.Clone(in.Events)
+	v.GPUFaults = slices.Clone(in.GPUFaults)
 	if in.SSH != nil {
 		ssh := *in.SSH
 		v.SSH = &ssh
@@ -266,6 +267,8 @@ func (s *Server) newInstance(c *cloud, of *Offer, req *createRequest, boot *boot
 	if !c.cfg.IgnoreIdempotencyToken {
 		in.Token = req.IdempotencyToken
 	}
+	in.HostID = hostOf(of, in.ID)
+	in.GPUFaults = c.gpuFaultsAt(of.ID, in.HostID)
 	in.BootFails = matches(f.BootFailOffers, of.ID) || matches(f.BootFailRegions, of.Region) || c.chance(f.BootFailureRate)
 	if !in.BootFails && c.chance(f.PreemptionRate) {
 		within := orDefault(f.PreemptWithin, 10*time.Second)

@@ -422,6 +422,33 @@ func (s *Server) Preempt(cloudName, id string) error {
 	return nil
 }
 
+// InjectGPUFault breaks a GPU of a running instance from now on, as its
+// tools show it (an Xid 79 after it was accepted, say).
+func (s *Server) InjectGPUFault(cloudName, id string, f GPUFault) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.unlock()
+	c, err := s.cloud(cloudName)
+	if err != nil {
+		return err
+	}
+	in := s.lookup(c, id)
+	if in == nil {
+		return fmt.Errorf("%w: %s in %s", ErrNotFound, id, cloudName)
+	}
+	if in.Status != StatusRunning {
+		return fmt.Errorf("%w: %s is %s", ErrNotRunning, id, in.Status)
+	}
+	in.GPUFaults = append(in.GPUFaults, f)
+	if err := writeGPUs(s.sandboxDir(c.cfg.Name, in.ID), in); err != nil {
+		return err
+	}
+	s.save()
+	return nil
+}
+
 // SetFaults replaces the faults of cloud from now on (the token bucket
 // starts full).
 func (s *Server) SetFaults(cloudName string, f Faults) error {

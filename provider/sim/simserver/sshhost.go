@@ -136,6 +136,11 @@ func (s *Server) newSSH(c *cloud, in *instance) (*sshd.Server, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o700); err != nil {
 		return nil, err
 	}
+	if fresh {
+		if err := writeGPUs(dir, in); err != nil {
+			return nil, fmt.Errorf("emulated GPUs: %w", err)
+		}
+	}
 	if fresh && s.opts.PrepareSandbox != nil {
 		if err := s.opts.PrepareSandbox(dir, in.view()); err != nil {
 			return nil, fmt.Errorf("prepare sandbox: %w", err)

@@ -66,6 +66,12 @@ type Instance struct {
 	Firewall string `json:"firewall,omitempty"`
 	// PlacementGroup is the group the create asked for, if any.
 	PlacementGroup string `json:"placement_group,omitempty"`
+	// HostID is the machine the instance runs on: its offer's Host, else
+	// one of four per zone.
+	HostID string `json:"host_id,omitempty"`
+	// GPUFaults are the GPU faults the instance carries (Faults.GPUFaults
+	// drawn at create, and Server.InjectGPUFault).
+	GPUFaults []GPUFault `json:"gpu_faults,omitempty"`
 	// CreatedAt, UpdatedAt and TerminatedAt are on the server's clock;
 	// TerminatedAt is zero until the instance is terminated.
 	CreatedAt    time.Time `json:"created_at"`

@@ -33,7 +33,9 @@ type Options struct {
 	// any timer.
 	ReadyAfter int
 	// GPUs is the number of NVIDIA GPUs nvidia-smi -L lists; 0 installs no
-	// nvidia-smi at all, like a CPU machine.
+	// nvidia-smi at all, like a CPU machine (and removes the one the sim
+	// installs for a GPU offer). Where the sim has installed its own
+	// emulated nvidia-smi (every GPU instance), that one answers.
 	GPUs int
 	// GPUName is the model nvidia-smi reports (default DefaultGPUName).
 	GPUName string
@@ -80,6 +82,12 @@ func Install(dir string, o Options) error {
 		}
 	}
 	names := tools
+	if o.GPUs == 0 {
+		// A CPU machine: not even the sim's own emulated nvidia-smi.
+		if err := os.Remove(filepath.Join(bin, "nvidia-smi")); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("k3semu: %w", err)
+		}
+	}
 	if o.GPUs > 0 {
 		names = append(names[:len(names):len(names)], "nvidia-smi")
 		if !o.NoToolkit {
@@ -87,6 +95,9 @@ func Install(dir string, o Options) error {
 		}
 	}
 	for _, name := range names {
+		if _, err := os.Stat(filepath.Join(bin, name)); err == nil && name == "nvidia-smi" {
+			continue // the sim's own emulated GPUs answer, and answer -L alike
+		}
 		if err := copyScript(filepath.Join(bin, name), name, 0o755); err != nil {
 			return err
 		}
