@@ -1,6 +1,7 @@
 package gpuprov
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -145,8 +146,10 @@ func (d *driver) prepare(ctx context.Context, pp *paced, o *provider.Offer, a *j
 		return err
 	}
 	a.CreateSent = d.now()
-	a.Phase = PhaseCreate
-	return d.setPhase(ctx, a, PhaseCreate, d.event(EvCreateSent, a, "token "+a.Token))
+	a.Phase, d.row.Phase = PhaseCreate, PhaseCreate
+	return d.commit(ctx, &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a},
+		Events:   []journal.Event{d.event(EvPhase, a, PhaseCreate), d.event(EvCreateSent, a, "token "+a.Token)},
+		Outcomes: d.outcome(a, journal.OutcomeCreated)})
 }
 
 // newHostKey generates the attempt's host key where the cloud takes
@@ -477,6 +480,7 @@ func (d *driver) boot(ctx context.Context, pp *paced, a *journal.Attempt) error 
 			case inst.Status == provider.StatusRunning && inst.SSH != nil:
 				d.row.SSHHost, d.row.SSHPort, d.row.SSHUser = inst.SSH.Host, inst.SSH.Port, inst.SSH.User
 				d.row.HostKey = a.HostKey
+				a.Host = cmp.Or(inst.Host, a.Host)
 				if next := d.afterBoot(); next != "" {
 					return d.setPhase(ctx, a, next)
 				}

@@ -21,6 +21,7 @@ const (
 	PhaseCreate    = "create"
 	PhaseBoot      = "boot"
 	PhaseConnect   = "connect"
+	PhaseAccept    = "accept"
 	PhaseBootstrap = "bootstrap"
 	PhaseJoin      = "join"
 )
@@ -186,6 +187,7 @@ func (d *driver) commit(ctx context.Context, st *journal.Step) error {
 		st.Attempts = append(slices.Clip(p.Attempts), st.Attempts...)
 		st.Events = append(slices.Clip(p.Events), st.Events...)
 		st.Blocks = append(slices.Clip(p.Blocks), st.Blocks...)
+		st.Outcomes = append(slices.Clip(p.Outcomes), st.Outcomes...)
 	}
 	d.intent, d.pending = nil, nil
 	now := d.now()
@@ -452,7 +454,7 @@ func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.
 	a := &journal.Attempt{
 		VM: d.row.Name, N: n, Provider: o.Provider, Region: o.Location.Region, Zone: o.Location.Zone,
 		OfferKey: o.Key(), Offer: raw, State: journal.AttemptActive, Phase: PhasePrepare,
-		Token: d.token(n), StartedAt: d.now(),
+		Token: d.token(n), StartedAt: d.now(), Host: o.Host,
 	}
 	d.tried[a.OfferKey] = true
 	d.unsent[n] = &unsent{prepare: true, create: true}

@@ -28,6 +28,8 @@ import (
 //	InvalidRequest           yes       no                       abort
 //	Credentials              yes       provider                 abort
 //	connect failed           yes       no                       next offer
+//	GPU acceptance failed    yes       host (days) or offer     next offer
+//	acceptance not judged    yes       no                       next offer
 //	bootstrap / join failed  yes       no                       abort
 //	caller cancel/deadline   yes       no                       abort
 //
@@ -50,12 +52,28 @@ func (d *driver) afterFailure(ctx context.Context, a *journal.Attempt, err error
 
 	a.Error, a.ErrorKind = err.Error(), errorKindName(err)
 	d.lastErr = err
+	if d.conn != nil {
+		// The session is to this attempt's machine, which goes: the next
+		// attempt connects to its own.
+		d.conn.Close()
+		d.conn = nil
+	}
 	d.row.LastError, d.row.LastErrorKind = a.Error, a.ErrorKind
 	fe := d.event(EvFailure, a, err.Error())
 	fe.ErrorKind = a.ErrorKind
 	events := []journal.Event{fe}
 
 	var blocks []journal.Block
+	if !ctxDone && isPhase && pe.phase == PhaseAccept && isRejected(err) {
+		var o provider.Offer
+		if jerr := jsonUnmarshal(a.Offer, &o); jerr == nil {
+			b := d.p.acceptanceBlock(&o, err)
+			blocks = append(blocks, b)
+			be := d.event(EvBlocked, a, fmt.Sprintf("%s until %s", b.Key, b.Until.UTC().Format(time.RFC3339)))
+			be.ErrorKind = KindAccept
+			events = append(events, be)
+		}
+	}
 	if !ctxDone && !isPhase && !errors.Is(err, errOfferBlocked) { // a block left the queue: it is journaled
 		switch kind {
 		case provider.Capacity, provider.Quota, provider.Unavailable, provider.Failed, provider.Credentials:
@@ -69,15 +87,26 @@ func (d *driver) afterFailure(ctx context.Context, a *journal.Attempt, err error
 			}
 		}
 	}
-	goesOn := !ctxDone && ((isPhase && pe.phase == PhaseConnect) ||
+	nextOffer := isPhase && (pe.phase == PhaseConnect || pe.phase == PhaseAccept)
+	goesOn := !ctxDone && (nextOffer ||
 		(!isPhase && kind != provider.Transient && kind != provider.InvalidRequest && kind != provider.Credentials))
-	if err := d.teardown(ctx, a, &journal.Step{Update: &d.row, Events: events, Blocks: blocks}, goesOn); err != nil {
+	var outcomes []journal.Outcome
+	switch {
+	case ctxDone:
+	case isPhase && pe.phase == PhaseAccept && isRejected(err):
+		outcomes = d.outcome(a, journal.OutcomeAcceptanceFailed)
+	case !isPhase && kind == provider.Capacity:
+		outcomes = d.outcome(a, journal.OutcomeStockout)
+	case isPhase, kind == provider.Failed, kind == provider.Unavailable, kind == provider.Transient:
+		outcomes = d.outcome(a, journal.OutcomeFailed)
+	}
+	if err := d.teardown(ctx, a, &journal.Step{Update: &d.row, Events: events, Blocks: blocks, Outcomes: outcomes}, goesOn); err != nil {
 		return d.stuck(ctx, err)
 	}
 	switch {
 	case ctxDone:
 		return d.fail(ctx, err)
-	case isPhase && pe.phase == PhaseConnect:
+	case nextOffer:
 		return nil
 	case isPhase:
 		return d.fail(ctx, fmt.Errorf("%w: %w", ErrAborted, err))
@@ -213,6 +242,7 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 			done.Attempts = append(slices.Clip(w.Attempts), done.Attempts...)
 			done.Events = append(slices.Clip(w.Events), done.Events...)
 			done.Blocks = append(slices.Clip(w.Blocks), done.Blocks...)
+			done.Outcomes = append(slices.Clip(w.Outcomes), done.Outcomes...)
 			done.ReleaseLease = done.ReleaseLease || w.ReleaseLease
 		}
 	}

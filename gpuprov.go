@@ -19,6 +19,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/org/gpuprov/clock"
+	"github.com/org/gpuprov/gpu"
 	"github.com/org/gpuprov/internal/backoff"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/provider"
@@ -90,6 +91,9 @@ type Provisioner struct {
 	sshKey       gossh.Signer // WithSSHKey
 
 	connector    Connector
+	accept       acceptance
+	gpuBase      gpuBaselines
+	hist         history
 	bootstrapper Bootstrapper
 	joiner       Joiner
 
@@ -247,6 +251,39 @@ func WithSSHKey(signer gossh.Signer) Option {
 // none, a launch is ready as soon as its instance runs with an SSH endpoint.
 func WithConnector(c Connector) Option { return func(p *Provisioner) { p.connector = c } }
 
+// WithAcceptance runs the GPU acceptance phase (after connect, before
+// bootstrap; see docs/gpu-acceptance.md) with these thresholds on every
+// launch, whatever the Connector. Without it, the phase runs with
+// gpu's default thresholds when the Connector is an SSHConnector (as
+// WithSSHKey makes), and not with a Connector of the caller's own making,
+// whose Run may not be a shell. A request opts out with Acceptance.Skip.
+func WithAcceptance(o gpu.Options) Option {
+	return func(p *Provisioner) { p.accept.set, p.accept.on, p.accept.opts = true, true, o }
+}
+
+// WithoutAcceptance turns the GPU acceptance phase off for every launch: a
+// machine is ready once connected and bootstrapped.
+func WithoutAcceptance() Option {
+	return func(p *Provisioner) { p.accept.set, p.accept.on = true, false }
+}
+
+// WithAcceptanceBlocks sets how long a machine that failed GPU acceptance is
+// kept out of plans, across launches and processes (the journal's
+// blocklist): host for an offer that names its machine (Offer.Host, a
+// marketplace's machine id; default DefaultAcceptanceHostBlock), offer for
+// the others, where the cloud picks the machine at create (the offer's
+// type in its zone; default DefaultAcceptanceOfferBlock, short, since the
+// next create there likely lands on another machine).
+func WithAcceptanceBlocks(host, offer time.Duration) Option {
+	return func(p *Provisioner) {
+		if host <= 0 || offer <= 0 {
+			p.pending = append(p.pending, fmt.Errorf("gpuprov: WithAcceptanceBlocks(%v, %v): both must be positive", host, offer))
+			return
+		}
+		p.accept.hostBlock, p.accept.offerBlock = host, offer
+	}
+}
+
 // WithBootstrapper sets the bootstrap phase; it needs a Connector.
 func WithBootstrapper(b Bootstrapper) Option { return func(p *Provisioner) { p.bootstrapper = b } }
 
@@ -295,6 +332,7 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 		sshUser:      "root",
 		held:         map[string]int{},
 		leases:       map[string]*lease{},
+		accept:       acceptance{hostBlock: DefaultAcceptanceHostBlock, offerBlock: DefaultAcceptanceOfferBlock},
 	}
 	for _, o := range opts {
 		o(p)
@@ -329,6 +367,12 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 	}
 	if (p.bootstrapper != nil || p.joiner != nil) && p.connector == nil {
 		return nil, errors.New("gpuprov: a bootstrapper or joiner needs a connector")
+	}
+	if !p.accept.set {
+		_, p.accept.on = p.connector.(*SSHConnector)
+	}
+	if p.accept.on && p.connector == nil {
+		return nil, errors.New("gpuprov: WithAcceptance needs a connector: the checks run over SSH")
 	}
 	if kj, ok := p.joiner.(*K3sJoiner); ok && kj.Connector == nil {
 		kj.Connector = p.connector

@@ -390,7 +390,12 @@ func (p *Provisioner) History(ctx context.Context, name string) ([]journal.Attem
 
 // Health diagnoses a VM's instance: the provider's Diagnoser where it has
 // one, else provider.DiagnoseFromObserve. A VM without an instance is Gone.
-func (p *Provisioner) Health(ctx context.Context, name string) (provider.Diagnosis, error) {
+// HealthGPU adds the machine's own view of its GPUs, over SSH.
+func (p *Provisioner) Health(ctx context.Context, name string, opts ...HealthOption) (provider.Diagnosis, error) {
+	var hc healthConfig
+	for _, o := range opts {
+		o(&hc)
+	}
 	row, err := p.j.GetVM(ctx, name)
 	if err != nil {
 		return provider.Diagnosis{}, vmError(name, err)
@@ -413,6 +418,9 @@ func (p *Provisioner) Health(ctx context.Context, name string) (provider.Diagnos
 		}
 		return err
 	})
+	if err == nil && hc.gpu && dg.Exists && dg.Status == provider.StatusRunning {
+		dg.Findings = append(dg.Findings, p.gpuHealth(ctx, row)...)
+	}
 	return dg, err
 }
 

@@ -32,8 +32,10 @@ func (d *driver) node() Node {
 	}
 }
 
-// nodePhases runs connect, bootstrap and join, each journaled on entry, and
-// then marks the VM ready. A resumed launch reconnects first.
+// nodePhases runs connect, accept, bootstrap and join, each journaled on
+// entry, and then marks the VM ready. A resumed launch reconnects first
+// (and judges the machine again if it was cut off in accept: the probe
+// only reads).
 func (d *driver) nodePhases(ctx context.Context, a *journal.Attempt) error {
 	if d.conn == nil {
 		if err := d.p.checkClientKey(d.row.Name, d.jr.ClientKeys); err != nil {
@@ -60,14 +62,18 @@ func (d *driver) nodePhases(ctx context.Context, a *journal.Attempt) error {
 		phase string
 		run   func(context.Context) error
 	}{
+		{PhaseAccept, nil},
 		{PhaseBootstrap, nil},
 		{PhaseJoin, nil},
 	}
+	if d.accepts() {
+		steps[0].run = func(ctx context.Context) error { return d.accept(ctx, a) }
+	}
 	if d.p.bootstrapper != nil {
-		steps[0].run = func(ctx context.Context) error { return d.p.bootstrapper.Bootstrap(ctx, d.node(), d.conn) }
+		steps[1].run = func(ctx context.Context) error { return d.p.bootstrapper.Bootstrap(ctx, d.node(), d.conn) }
 	}
 	if d.join != nil {
-		steps[1].run = func(ctx context.Context) error { return d.join(ctx, d.node(), d.conn) }
+		steps[2].run = func(ctx context.Context) error { return d.join(ctx, d.node(), d.conn) }
 	}
 	started := a.Phase == PhaseConnect
 	for _, s := range steps {
@@ -106,7 +112,8 @@ func (d *driver) ready(ctx context.Context, a *journal.Attempt) error {
 		msg += fmt.Sprintf("; expires at %s", d.row.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	return d.commit(ctx, &journal.Step{Update: &d.row, ReleaseLease: true, Attempts: []journal.Attempt{*a},
-		Events: []journal.Event{d.event(EvReady, a, msg)}, Lifts: d.liftStockout(ctx, a)})
+		Events: []journal.Event{d.event(EvReady, a, msg)}, Lifts: d.liftStockout(ctx, a),
+		Outcomes: d.outcome(a, journal.OutcomeReady)})
 }
 
 // liftStockout returns the lift of a stockout block on a's offer made

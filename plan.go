@@ -38,6 +38,12 @@ type PlanResult struct {
 	// the filter that left none what was there (the cheapest price under a
 	// cap, the regions offered, ...). Empty when there are offers.
 	Explanation string
+	// History is the journal's per-offer history of the planned offers
+	// (by offer key), where the journal keeps one; Expected is what it
+	// predicts of each (see Expectation). Offers without history have an
+	// Expected entry with Known false.
+	History  map[string]journal.OfferStats
+	Expected map[string]Expectation
 
 	blocks  map[string]journal.Block // every active block, by key
 	now     time.Time                // when the blocks were read
@@ -215,6 +221,9 @@ func (p *Provisioner) plan(ctx context.Context, req *Request, since time.Time) (
 		if b, ok := blockedBy(&res.Offers[i], res.blocks); ok {
 			res.Blocked[res.Offers[i].Key()] = b
 		}
+	}
+	if err := p.rank(ctx, req, res); err != nil {
+		return nil, &journalError{err}
 	}
 	return res, nil
 }

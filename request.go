@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/org/gpuprov/gpu"
 	"github.com/org/gpuprov/provider"
 )
 
@@ -116,7 +118,45 @@ type Request struct {
 	// hour × the time since it became ready, as List computes it) reaches
 	// this many USD; enforced as TTL is. 0: no limit.
 	MaxCost float64 `json:"max_cost,omitempty"`
+
+	// Acceptance tunes the GPU acceptance phase (after connect, before
+	// bootstrap; see docs/gpu-acceptance.md), which the Provisioner runs
+	// on every machine it reaches over SSH unless built
+	// WithoutAcceptance. The zero value runs the default checks.
+	Acceptance Acceptance `json:"acceptance,omitzero"`
+
+	// Rank orders the planned offers: RankPrice (list price, the default)
+	// or RankExpectedCost (the expected cost of a usable machine, from the
+	// journal's per-offer history; see Expectation).
+	Rank Rank `json:"rank,omitempty"`
+	// RankHorizon is how long the machine is expected to run, for
+	// RankExpectedCost; 0: the TTL, else DefaultRankHorizon.
+	RankHorizon time.Duration `json:"rank_horizon,omitempty"`
 }
+
+// Acceptance is a request's say in its GPU acceptance phase.
+type Acceptance struct {
+	// Skip turns the phase off for this request: the machine is ready
+	// once connected (and bootstrapped) without its GPUs being looked at.
+	Skip bool `json:"skip,omitempty"`
+	// DCGM, 1 or 2, also runs `dcgmi diag -r DCGM` where the machine has
+	// DCGM (a level it cannot run is reported as skipped, not failed): one
+	// more SSH command; -r 2 takes a minute or two.
+	DCGM int `json:"dcgm,omitempty"`
+	// Command, when set, runs last on the machine (as the login user, in
+	// a shell) and must exit 0 for the machine to be accepted: a short
+	// test of the caller's own (a matmul, an NCCL all-reduce). Its output
+	// is not journaled; its exit status and last line are. It is a remote
+	// command line: never put a secret in it.
+	Command string `json:"command,omitempty"`
+	// Ignore names checks (gpu.Checks) whose failures only warn for this
+	// request, for example "link" on a cloud whose VMs report a narrower
+	// PCIe link than the board's.
+	Ignore []string `json:"ignore,omitempty"`
+}
+
+// MaxAcceptanceCommand is the longest Acceptance.Command accepted.
+const MaxAcceptanceCommand = 4096
 
 // DefaultTimeout bounds a launch whose Request has no Timeout.
 const DefaultTimeout = 20 * time.Minute
@@ -226,6 +266,34 @@ func (r *Request) normalize(known map[string]bool) error {
 	}
 	if err := provider.ValidateSourceRanges(r.SourceRanges); err != nil {
 		return &RequestError{"source_ranges", err.Error()}
+	}
+	switch r.Rank {
+	case RankPrice, RankExpectedCost:
+	case "price":
+		r.Rank = RankPrice
+	default:
+		return &RequestError{"rank", fmt.Sprintf("%q: want \"price\" (the default) or %q", r.Rank, RankExpectedCost)}
+	}
+	if r.RankHorizon < 0 {
+		return &RequestError{"rank_horizon", "negative"}
+	}
+	return r.Acceptance.validate()
+}
+
+func (a *Acceptance) validate() error {
+	if a.DCGM < 0 || a.DCGM > 2 {
+		return &RequestError{"acceptance.dcgm", fmt.Sprintf("%d: want 0 (none), 1 or 2 (dcgmi diag -r 1 or -r 2)", a.DCGM)}
+	}
+	if len(a.Command) > MaxAcceptanceCommand {
+		return &RequestError{"acceptance.command", fmt.Sprintf("%d bytes; at most %d", len(a.Command), MaxAcceptanceCommand)}
+	}
+	if strings.ContainsRune(a.Command, 0) {
+		return &RequestError{"acceptance.command", "contains a NUL byte"}
+	}
+	for _, c := range a.Ignore {
+		if !slices.Contains(gpu.Checks, c) {
+			return &RequestError{"acceptance.ignore", fmt.Sprintf("%q is not a check (checks: %s)", c, strings.Join(gpu.Checks, ", "))}
+		}
 	}
 	return nil
 }

@@ -38,6 +38,8 @@ const (
 	EvAdopted       = "adopted"         // an instance that landed without a recorded id was found
 	EvDuplicate     = "duplicate"       // a second instance of the VM was found and is deleted
 	EvHostKeyPinned = "host-key-pinned" // first contact pinned the host key
+	EvAccepted      = "accepted"        // the machine passed GPU acceptance (one-line summary)
+	EvRejected      = "rejected"        // the machine failed GPU acceptance (what was wrong, one line)
 	EvFailure       = "failure"         // an attempt failed with an error kind
 	EvBlocked       = "blocked"         // an offer, zone, region or provider was blocked
 	EvTeardown      = "teardown"        // an attempt's teardown starts
@@ -63,10 +65,12 @@ const (
 	// KindNoOffers: no offer was left to try (ErrNoOffers,
 	// ErrOffersExhausted).
 	KindNoOffers = "no-offers"
-	// KindConnect, KindBootstrap and KindJoin: the phase of that name
-	// failed on a running instance (a connect failure moves to the next
-	// offer; a bootstrap or join failure aborts with ErrAborted).
+	// KindConnect, KindAccept, KindBootstrap and KindJoin: the phase of
+	// that name failed on a running instance (a connect or acceptance
+	// failure moves to the next offer; a bootstrap or join failure aborts
+	// with ErrAborted).
 	KindConnect   = PhaseConnect
+	KindAccept    = PhaseAccept
 	KindBootstrap = PhaseBootstrap
 	KindJoin      = PhaseJoin
 )
@@ -78,7 +82,7 @@ func ErrorKinds() []string {
 	for k := provider.Failed; k <= provider.Credentials; k++ {
 		out = append(out, k.String())
 	}
-	return append(out, KindCanceled, KindDeadline, KindNoOffers, KindConnect, KindBootstrap, KindJoin)
+	return append(out, KindCanceled, KindDeadline, KindNoOffers, KindConnect, KindAccept, KindBootstrap, KindJoin)
 }
 
 // VM is a VM as the journal knows it.

@@ -30,6 +30,17 @@ func (s Severity) String() string {
 // MarshalText renders the severity by name.
 func (s Severity) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// UnmarshalText reads a severity by name (as MarshalText writes it).
+func (s *Severity) UnmarshalText(b []byte) error {
+	for _, v := range []Severity{Info, Warn, Critical} {
+		if v.String() == string(b) {
+			*s = v
+			return nil
+		}
+	}
+	return fmt.Errorf("provider: unknown severity %q (want info, warn or critical)", b)
+}
+
 // Finding is one observation about an instance's health.
 type Finding struct {
 	Severity Severity  `json:"severity"`

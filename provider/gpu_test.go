@@ -51,3 +51,17 @@ func TestUnknownGPUSuggests(t *testing.T) {
 		})
 	}
 }
+
+func TestSeverityText(t *testing.T) {
+	for _, s := range []Severity{Info, Warn, Critical} {
+		b, _ := s.MarshalText()
+		var got Severity
+		if err := got.UnmarshalText(b); err != nil || got != s {
+			t.Errorf("%v round-trips to %v, %v", s, got, err)
+		}
+	}
+	var s Severity
+	if err := s.UnmarshalText([]byte("dire")); err == nil {
+		t.Error("an unknown severity was read")
+	}
+}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/gpu"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/provider"
 )
@@ -238,6 +241,7 @@ func printShow(e *env, so showOutput) {
 			dash(strings.Join(a.InstanceIDs, ",")), errText)
 	}
 	tw.Flush()
+	printAcceptance(w, so.Attempts)
 	fmt.Fprintf(w, "\nEvents:\n")
 	for _, ev := range so.Events {
 		fmt.Fprintf(w, "  %s  %-16s %s\n", ev.Time.Format("15:04:05.000"), ev.Type, describe(ev))
@@ -277,7 +281,9 @@ func newOffersCmd(e *env) *cobra.Command {
 // offerItem is one row of `offers -o json`.
 type offerItem struct {
 	provider.Offer
-	Blocked *journal.Block `json:"blocked,omitempty"`
+	Blocked  *journal.Block       `json:"blocked,omitempty"`
+	History  *journal.OfferStats  `json:"history,omitempty"`
+	Expected *gpuprov.Expectation `json:"expected,omitempty"`
 }
 
 func offers(ctx context.Context, e *env, f *upFlags, out string) error {
@@ -311,13 +317,19 @@ func offers(ctx context.Context, e *env, f *upFlags, out string) error {
 		if b, ok := res.Blocked[o.Key()]; ok {
 			it.Blocked = &b
 		}
+		if h, ok := res.History[o.Key()]; ok {
+			it.History = &h
+		}
+		if x, ok := res.Expected[o.Key()]; ok {
+			it.Expected = &x
+		}
 		items = append(items, it)
 	}
 	if out == "json" {
 		return writeJSON(e.stdout, items)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROVIDER\tLOCATION\tTYPE\tGPU\tVCPU\tMEM\tDISK\tPRICE/H\tSPOT\tNOTE")
+	fmt.Fprintln(tw, "PROVIDER\tLOCATION\tTYPE\tGPU\tVCPU\tMEM\tDISK\tPRICE/H\tSPOT\tHISTORY\tEXPECTED\tNOTE")
 	for _, it := range items {
 		var notes []string
 		if it.Blocked != nil {
@@ -330,8 +342,12 @@ func offers(ctx context.Context, e *env, f *upFlags, out string) error {
 		if it.DiskGB > 0 {
 			disk = fmt.Sprintf("%dG", it.DiskGB)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s×%d\t%d\t%.0fG\t%s\t%s\t%v\t%s\n", it.Provider, it.Location, it.InstanceType,
-			it.GPU, it.GPUCount, it.VCPUs, it.MemoryGB, disk, usd(it.PricePerHour), it.Spot, strings.Join(notes, "; "))
+		if it.Blocked != nil && it.Blocked.Scope == "host" {
+			notes[0] = fmt.Sprintf("host %s blocked until %s (%s)", it.Host, it.Blocked.Until.Local().Format("Jan 2 15:04"), it.Blocked.ErrorKind)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s×%d\t%d\t%.0fG\t%s\t%s\t%v\t%s\t%s\t%s\n", it.Provider, it.Location, it.InstanceType,
+			it.GPU, it.GPUCount, it.VCPUs, it.MemoryGB, disk, usd(it.PricePerHour), it.Spot, historyText(it.History),
+			expectedText(it.Expected), strings.Join(notes, "; "))
 	}
 	tw.Flush()
 	for name, perr := range res.Errors {
@@ -357,6 +373,7 @@ type healthItem struct {
 
 func newHealthCmd(e *env) *cobra.Command {
 	var out string
+	var gpus bool
 	cmd := &cobra.Command{
 		Use:               "health [VM...]",
 		Short:             "Diagnose VMs' instances (every ready VM when none is named)",
@@ -373,7 +390,11 @@ func newHealthCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer s.Close()
-			items, err := health(cmd.Context(), s.p, args)
+			var opts []gpuprov.HealthOption
+			if gpus {
+				opts = append(opts, gpuprov.HealthGPU())
+			}
+			items, err := health(cmd.Context(), s.p, args, opts...)
 			if err != nil {
 				return err
 			}
@@ -392,12 +413,13 @@ func newHealthCmd(e *env) *cobra.Command {
 			return nil
 		}),
 	}
+	cmd.Flags().BoolVar(&gpus, "gpu", false, "also ask the machine about its GPUs over SSH: Xid errors since the last check, ECC, row remaps, slowdown, a GPU gone, the fabric manager")
 	addOutputFlag(cmd, &out)
 	return cmd
 }
 
 // health diagnoses the named VMs, or every ready VM.
-func health(ctx context.Context, p *gpuprov.Provisioner, names []string) ([]healthItem, error) {
+func health(ctx context.Context, p *gpuprov.Provisioner, names []string, opts ...gpuprov.HealthOption) ([]healthItem, error) {
 	if len(names) == 0 {
 		vms, err := p.List(ctx, gpuprov.ListOptions{States: []gpuprov.State{gpuprov.StateReady}})
 		if err != nil {
@@ -412,7 +434,7 @@ func health(ctx context.Context, p *gpuprov.Provisioner, names []string) ([]heal
 		if _, err := getVM(ctx, p, name); err != nil {
 			return nil, err
 		}
-		d, err := p.Health(ctx, name)
+		d, err := p.Health(ctx, name, opts...)
 		if err != nil {
 			items = append(items, healthItem{VM: name, Error: oneLine(err.Error())})
 			continue
@@ -438,4 +460,76 @@ func printHealth(e *env, items []healthItem) {
 			fmt.Fprintf(e.stdout, "    %-8s %s: %s\n", f.Severity, f.Code, oneLine(f.Message))
 		}
 	}
+}
+
+// printAcceptance prints each attempt's GPU acceptance result: the verdict
+// in one line, then per GPU what it is and what failed, then what could
+// not be checked.
+func printAcceptance(w io.Writer, atts []journal.Attempt) {
+	first := true
+	for _, a := range atts {
+		if len(a.Acceptance) == 0 {
+			continue
+		}
+		var r gpu.Report
+		if err := json.Unmarshal(a.Acceptance, &r); err != nil {
+			continue
+		}
+		if first {
+			fmt.Fprintf(w, "\nGPU acceptance:\n")
+			first = false
+		}
+		verdict := "accepted"
+		if !r.OK {
+			verdict = "rejected"
+		}
+		host := ""
+		if a.Host != "" {
+			host = ", host " + a.Host
+		}
+		fmt.Fprintf(w, "  attempt %d (%s %s%s): %s: %s\n", a.N, a.Provider, provider.Location{Region: a.Region, Zone: a.Zone}, host, verdict, r.Summary)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "    GPU\tBUS\tNAME\tUUID\tSERIAL\tFAILED")
+		for _, g := range r.GPUs {
+			fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\t%s\n", g.Index, dash(g.BusID), dash(g.Name), dash(g.UUID), dash(g.Serial), dash(strings.Join(g.Failed, ",")))
+		}
+		tw.Flush()
+		for _, f := range r.Findings {
+			fmt.Fprintf(w, "    %-8s %s: %s\n", f.Severity, f.Check, oneLine(f.Message))
+		}
+		for _, s := range r.Skipped {
+			fmt.Fprintf(w, "    %-8s %s: not checked: %s\n", "skipped", s.Check, oneLine(s.Why))
+		}
+	}
+}
+
+// historyText says an offer's history in a few words: "3/4 ready, 1 rejected,
+// p50 1m20s"; "-" for none.
+func historyText(h *journal.OfferStats) string {
+	if h == nil || h.Created == 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("%d/%d ready", h.Ready, h.Created)
+	if h.AcceptanceFailed > 0 {
+		s += fmt.Sprintf(", %d rejected", h.AcceptanceFailed)
+	}
+	if h.Stockouts > 0 {
+		s += fmt.Sprintf(", %d stockouts", h.Stockouts)
+	}
+	if h.Preempted > 0 {
+		s += fmt.Sprintf(", %d preempted", h.Preempted)
+	}
+	if h.Ready > 0 {
+		s += ", p50 " + h.ReadyP50.Round(time.Second).String()
+	}
+	return s
+}
+
+// expectedText is an offer's expected time to a usable machine and its
+// expected cost over the ranking horizon; "-" without history.
+func expectedText(x *gpuprov.Expectation) string {
+	if x == nil || !x.Known {
+		return "-"
+	}
+	return fmt.Sprintf("%s to usable, %s", x.TimeToReady.Round(time.Second), usd(x.CostUSD))
 }

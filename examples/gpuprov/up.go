@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/gpu"
 	"github.com/org/gpuprov/k3s"
 	"github.com/org/gpuprov/provider"
 )
@@ -49,6 +50,11 @@ type upFlags struct {
 	diskGB     int
 	labels     []string // KEY=VALUE
 	allowFrom  []string // CIDRs
+	rank       string
+	noAccept   bool
+	dcgm       int
+	acceptCmd  string
+	ignore     []string // acceptance checks that only warn
 
 	// changed reports whether the user typed a flag: only an absent flag
 	// takes its default, a typed zero is refused.
@@ -115,6 +121,10 @@ if this one is gone. 'gpuprov list' shows the time left.`,
 	fl.DurationVar(&f.waitPoll, "wait-poll", gpuprov.DefaultCapacityPoll, "with --wait: how often to replan while waiting")
 	fl.DurationVar(&f.ttl, "ttl", 0, "delete the VM once it has been ready this long (default: never)")
 	fl.Float64Var(&f.maxCost, "max-cost", 0, "delete the VM once its cost reaches this many USD (default: no cap)")
+	fl.BoolVar(&f.noAccept, "no-accept", false, "skip the GPU acceptance checks: ready once SSH answers")
+	fl.IntVar(&f.dcgm, "dcgm", 0, "also run dcgmi diag -r N (1 or 2) in acceptance, where the machine has DCGM")
+	fl.StringVar(&f.acceptCmd, "accept-command", "", "a command that must exit 0 on the machine before it is ready (never a secret: it is a remote command line)")
+	fl.StringArrayVar(&f.ignore, "accept-ignore", nil, "an acceptance check whose failure only warns (repeatable: "+strings.Join(gpu.Checks, ", ")+")")
 	_ = cmd.RegisterFlagCompletionFunc("gpu", cobra.FixedCompletions(provider.GPUNames(), cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("placement", cobra.FixedCompletions(placementNames(), cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("spot", cobra.FixedCompletions([]string{"no", "yes", "any"}, cobra.ShellCompDirectiveNoFileComp))
@@ -128,7 +138,9 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 		Name: f.name, GPU: f.gpu, GPUCount: f.count, MaxPricePerHour: f.maxPrice,
 		Providers: f.providers, Regions: f.regions, Timeout: f.timeout,
 		WaitForCapacity: f.wait, TTL: f.ttl, MaxCost: f.maxCost,
-		MinVCPUs: f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB, SourceRanges: f.allowFrom,
+		Acceptance: gpuprov.Acceptance{Skip: f.noAccept, DCGM: f.dcgm, Command: f.acceptCmd, Ignore: f.ignore},
+		Rank:       gpuprov.Rank(f.rank),
+		MinVCPUs:   f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB, SourceRanges: f.allowFrom,
 	}
 	for _, kv := range f.labels {
 		k, v, ok := strings.Cut(kv, "=")
@@ -201,6 +213,7 @@ func addNeedsFlags(fl *pflag.FlagSet, f *upFlags) {
 	fl.IntVar(&f.diskGB, "disk", 0, "boot disk of this size in GB (default: the provider's)")
 	fl.StringArrayVar(&f.allowFrom, "allow-from", nil, "CIDR that may connect to SSH and the open ports (repeatable; default: each provider's source_ranges, else anywhere)")
 	fl.StringArrayVar(&f.labels, "label", nil, "KEY=VALUE label on every resource of the VM (repeatable; lowercase, at most 63 characters)")
+	fl.StringVar(&f.rank, "rank", "price", "order offers by list price, or by expected-cost of a usable machine (from the journal's history of each offer)")
 }
 
 // checkNumbers refuses a numeric flag the user typed with a value out of
