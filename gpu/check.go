@@ -30,19 +30,26 @@ const (
 var Checks = []string{CheckDriver, CheckCount, CheckModel, CheckMemory, CheckECC, CheckRetirement, CheckLink,
 	CheckFabric, CheckXid, CheckThrottle, CheckTemperature, CheckDCGM, CheckCommand}
 
-// Sources each finding cites.
+// Sources each finding cites: NVIDIA's documentation page and section.
 const (
-	citeQuery     = "nvidia-smi --help-query-gpu"
-	citeRetire    = "https://docs.nvidia.com/deploy/dynamic-page-retirement/index.html"
-	citeRemap     = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html"
-	citeFabric    = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html"
-	citeDCGM      = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
+	smiDoc        = "https://docs.nvidia.com/deploy/nvidia-smi/index.html"
+	citeECC       = smiDoc + ", ECC Mode and ECC Errors (ecc.mode.current, ecc.errors.uncorrected.volatile.total)"
+	citeLink      = smiDoc + ", PCI > GPU Link Info (pcie.link.width.current, pcie.link.width.max)"
+	citeThrottle  = smiDoc + ", Clocks Event Reasons (clocks_event_reasons.active; NVML nvmlClocksEventReason*)"
+	citeTemp      = smiDoc + ", Temperature (temperature.gpu)"
+	citeRetire    = "https://docs.nvidia.com/deploy/dynamic-page-retirement/index.html, Visibility (retired_pages.pending)"
+	citeRemap     = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html, Row Remapping (remapped_rows.pending, remapped_rows.failure)"
+	citeFabric    = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html, GPU fabric state and the nvidia-fabricmanager service"
+	citeDCGM      = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html, Run Levels (dcgmi diag -r)"
 	citeGPUTable  = "provider.LookupGPU (gpuprov's GPU table)"
-	citeDriverMsg = "the driver's own message"
+	citeDriverMsg = "the driver's own message (nvidia-smi)"
+	citeBus       = "lspci -D -n -d 10de: against nvidia-smi --query-gpu=pci.bus_id"
 )
 
-// Throttle (clocks event) reasons the throttle check warns of, as
-// nvidia-smi --help-query-gpu defines the bits of clocks_event_reasons.active.
+// Throttle (clocks event) reasons the throttle check warns of: the bits of
+// clocks_event_reasons.active (clocks_throttle_reasons.active), which
+// nvidia-smi --help-query-gpu defines by NVML's nvmlClocksEventReason*
+// constants in nvml.h.
 const (
 	ThrottleSWThermal   = 0x20
 	ThrottleHWSlowdown  = 0x08
@@ -53,7 +60,8 @@ const (
 // Expect is what the machine should have: the offer's GPUs.
 type Expect struct {
 	// Model is the canonical GPU name (provider.CanonicalGPU); "" skips the
-	// model and memory checks.
+	// model check, and the memory check then holds each GPU to its own
+	// model's memory.
 	Model string
 	// Count is how many GPUs the offer has; 0 skips the count check.
 	Count int
@@ -69,8 +77,12 @@ type Options struct {
 	// MaxTemperatureC warns of a GPU at or above it at acceptance:
 	// default 85.
 	MaxTemperatureC int64
-	// Ignore names checks whose failures only warn.
+	// Ignore names checks (Checks) whose failures only warn: the finding
+	// is kept, with Severity Warn, and the machine passes.
 	Ignore []string
+	// Off names checks not made at all; each is listed in Report.Skipped
+	// as turned off, never passed silently.
+	Off []string
 }
 
 func (o Options) tolerance() float64 {
@@ -167,18 +179,33 @@ func Check(p *Probe, want Expect, o Options) *Report {
 	for _, g := range p.GPUs {
 		r.GPUs = append(r.GPUs, GPUResult{Index: g.Index, UUID: g.UUID, Serial: g.Serial, BusID: g.BusID, Name: g.Name})
 	}
+	for _, c := range o.Off {
+		r.Skipped = append(r.Skipped, Skipped{Check: c, GPU: -1, Why: "turned off (Options.Off)"})
+	}
 	add := func(check string, sev provider.Severity, gpu int, cite, format string, args ...any) {
+		if slices.Contains(o.Off, check) {
+			return
+		}
 		if sev == provider.Critical && slices.Contains(o.Ignore, check) {
 			sev = provider.Warn
 		}
 		r.Findings = append(r.Findings, Finding{Check: check, Severity: sev, GPU: gpu, Message: fmt.Sprintf(format, args...), Cite: cite})
 	}
 	skip := func(check string, gpu int, format string, args ...any) {
+		if slices.Contains(o.Off, check) {
+			return
+		}
 		r.Skipped = append(r.Skipped, Skipped{Check: check, GPU: gpu, Why: fmt.Sprintf(format, args...)})
 	}
-	na := func(check string, g GPU, field string) bool {
+	// na reports whether field cannot be read on g (present: it was
+	// parsed), and lists the check it feeds as skipped when so.
+	na := func(check string, g GPU, field string, present bool) bool {
 		if why, ok := g.NA[field]; ok {
 			skip(check, g.Index, "%s is %s on GPU %d", field, why, g.Index)
+			return true
+		}
+		if !present {
+			skip(check, g.Index, "%s was not reported for GPU %d", field, g.Index)
 			return true
 		}
 		return false
@@ -196,6 +223,12 @@ func Check(p *Probe, want Expect, o Options) *Report {
 		add(CheckDriver, provider.Critical, -1, citeDriverMsg, "the driver does not answer: %s", msg)
 	} else if len(p.Lost) > 0 {
 		add(CheckDriver, provider.Critical, -1, citeDriverMsg, "the driver cannot reach GPU %s: %s", strings.Join(p.Lost, ", "), firstLine(p.QueryError))
+	} else if p.FromQ {
+		why := firstLine(p.QueryError)
+		if why == "" {
+			why = fmt.Sprintf("it exited %d", p.QueryRC)
+		}
+		add(CheckDriver, provider.Warn, -1, citeDriverMsg, "the GPU query listed no GPU (%s); the GPUs were read from nvidia-smi -q", why)
 	}
 
 	// count
@@ -209,7 +242,7 @@ func Check(p *Probe, want Expect, o Options) *Report {
 		} else if !p.BusRead {
 			msg += " (the PCI bus could not be read to name the missing ones)"
 		}
-		add(CheckCount, provider.Critical, -1, citeDriverMsg, "%s", msg)
+		add(CheckCount, provider.Critical, -1, citeBus, "%s", msg)
 	}
 
 	model, known := provider.LookupGPU(want.Model)
@@ -217,16 +250,21 @@ func Check(p *Probe, want Expect, o Options) *Report {
 		// model
 		if want.Model != "" {
 			switch m, ok := provider.LookupGPU(g.Name); {
-			case g.Name == "":
-				skip(CheckModel, g.Index, "name is %s on GPU %d", g.NA["name"], g.Index)
+			case na(CheckModel, g, "name", g.Name != ""):
 			case !ok:
 				add(CheckModel, provider.Critical, g.Index, citeGPUTable, "GPU %d is %q, not a model gpuprov knows (want %s)", g.Index, g.Name, want.Model)
 			case m.Name != want.Model:
 				add(CheckModel, provider.Critical, g.Index, citeGPUTable, "GPU %d is %s (%q), not %s", g.Index, m.Name, g.Name, want.Model)
 			}
 		}
-		// memory
-		if known && !na(CheckMemory, g, "memory.total") && g.MemoryMiB != nil {
+		// memory: against the model asked for, else the GPU's own
+		model, known := model, known
+		if !known {
+			model, known = provider.LookupGPU(g.Name)
+		}
+		if !known {
+			skip(CheckMemory, g.Index, "neither %q nor GPU %d's name %q is in gpuprov's GPU table", want.Model, g.Index, g.Name)
+		} else if !na(CheckMemory, g, "memory.total", g.MemoryMiB != nil) {
 			gib := float64(*g.MemoryMiB) / 1024
 			if floor := float64(model.MemoryGB) * (1 - o.tolerance()); gib < floor {
 				add(CheckMemory, provider.Critical, g.Index, citeGPUTable, "GPU %d has %.1f GiB; a %s has %d (at least %.1f accepted)", g.Index, gib, model.Name, model.MemoryGB, floor)
@@ -234,36 +272,36 @@ func Check(p *Probe, want Expect, o Options) *Report {
 		}
 		// ecc
 		if g.ECCMode == "Disabled" {
-			add(CheckECC, provider.Warn, g.Index, citeQuery, "GPU %d has ECC disabled", g.Index)
+			add(CheckECC, provider.Warn, g.Index, citeECC, "GPU %d has ECC disabled", g.Index)
 		}
-		if !na(CheckECC, g, "ecc.errors.uncorrected.volatile.total") && g.Uncorrected != nil && *g.Uncorrected > 0 {
-			add(CheckECC, provider.Critical, g.Index, citeRetire, "GPU %d (%s) has %d uncorrectable ECC errors since the driver loaded", g.Index, g.BusID, *g.Uncorrected)
+		if !na(CheckECC, g, "ecc.errors.uncorrected.volatile.total", g.Uncorrected != nil) && *g.Uncorrected > 0 {
+			add(CheckECC, provider.Critical, g.Index, citeECC, "GPU %d (%s) has %d uncorrectable ECC errors since the driver loaded", g.Index, g.BusID, *g.Uncorrected)
 		}
 		// retirement
-		if !na(CheckRetirement, g, "retired_pages.pending") && g.RetiredPend != nil && *g.RetiredPend {
+		if !na(CheckRetirement, g, "retired_pages.pending", g.RetiredPend != nil) && *g.RetiredPend {
 			add(CheckRetirement, provider.Critical, g.Index, citeRetire, "GPU %d has retired pages pending (a reset applies them)", g.Index)
 		}
-		if !na(CheckRetirement, g, "remapped_rows.pending") && g.RemapPending != nil && *g.RemapPending {
+		if !na(CheckRetirement, g, "remapped_rows.pending", g.RemapPending != nil) && *g.RemapPending {
 			add(CheckRetirement, provider.Critical, g.Index, citeRemap, "GPU %d has a row remap pending (a reset applies it)", g.Index)
 		}
-		if !na(CheckRetirement, g, "remapped_rows.failure") && g.RemapFailure != nil && *g.RemapFailure {
+		if !na(CheckRetirement, g, "remapped_rows.failure", g.RemapFailure != nil) && *g.RemapFailure {
 			add(CheckRetirement, provider.Critical, g.Index, citeRemap, "GPU %d had a row remapping failure", g.Index)
 		}
 		// link: the width must be at its maximum; the generation drops at
 		// idle and is no fault.
-		if !na(CheckLink, g, "pcie.link.width.current") && !na(CheckLink, g, "pcie.link.width.max") &&
-			g.LinkWidth != nil && g.LinkWidthMax != nil && *g.LinkWidth < *g.LinkWidthMax {
-			add(CheckLink, provider.Critical, g.Index, citeQuery, "GPU %d (%s) runs its PCIe link at x%d of x%d", g.Index, g.BusID, *g.LinkWidth, *g.LinkWidthMax)
+		if !na(CheckLink, g, "pcie.link.width.current", g.LinkWidth != nil) && !na(CheckLink, g, "pcie.link.width.max", g.LinkWidthMax != nil) &&
+			*g.LinkWidth < *g.LinkWidthMax {
+			add(CheckLink, provider.Critical, g.Index, citeLink, "GPU %d (%s) runs its PCIe link at x%d of x%d", g.Index, g.BusID, *g.LinkWidth, *g.LinkWidthMax)
 		}
 		// throttle
-		if !na(CheckThrottle, g, "clocks_throttle_reasons.active") && g.Throttle != nil {
+		if !na(CheckThrottle, g, "clocks_throttle_reasons.active", g.Throttle != nil) {
 			if why := slowdown(*g.Throttle); why != "" {
-				add(CheckThrottle, provider.Warn, g.Index, citeQuery, "GPU %d is slowed down: %s", g.Index, why)
+				add(CheckThrottle, provider.Warn, g.Index, citeThrottle, "GPU %d is slowed down: %s", g.Index, why)
 			}
 		}
 		// temperature
-		if !na(CheckTemperature, g, "temperature.gpu") && g.TempC != nil && *g.TempC >= o.maxTemp() {
-			add(CheckTemperature, provider.Warn, g.Index, citeQuery, "GPU %d is at %d C idle (warn from %d C)", g.Index, *g.TempC, o.maxTemp())
+		if !na(CheckTemperature, g, "temperature.gpu", g.TempC != nil) && *g.TempC >= o.maxTemp() {
+			add(CheckTemperature, provider.Warn, g.Index, citeTemp, "GPU %d is at %d C idle (warn from %d C)", g.Index, *g.TempC, o.maxTemp())
 		}
 	}
 
@@ -288,18 +326,23 @@ func Check(p *Probe, want Expect, o Options) *Report {
 	if !p.XidRead {
 		skip(CheckXid, -1, "the kernel log is not readable (dmesg, sudo -n dmesg and journalctl -k all refused)")
 	}
-	for _, x := range p.Xids {
+	for _, x := range groupXids(p.Xids) {
 		info, ok := XidOf(x.Code)
 		gpu := p.indexOfBus(x.Bus)
-		if ok && info.Kind != XidApp {
-			add(CheckXid, provider.Critical, gpu, fmt.Sprintf("%s (Xid %d)", XidCatalog, x.Code), "Xid %d on %s since boot: %s (%s)", x.Code, x.Bus, info.Name, info.Kind)
-		} else {
-			name := x.Text
-			if ok {
-				name = info.Name
-			}
-			add(CheckXid, provider.Warn, gpu, fmt.Sprintf("%s (Xid %d)", XidCatalog, x.Code), "Xid %d on %s since boot: %s", x.Code, x.Bus, name)
+		cite := fmt.Sprintf("%s (Xid %d)", XidCatalog, x.Code)
+		times := ""
+		if x.n > 1 {
+			times = fmt.Sprintf(", %d times", x.n)
 		}
+		if ok && info.Kind != XidApp {
+			add(CheckXid, provider.Critical, gpu, cite, "Xid %d on %s since boot%s: %s (%s)", x.Code, x.Bus, times, info.Name, info.Kind)
+			continue
+		}
+		name := x.Text
+		if ok {
+			name = info.Name
+		}
+		add(CheckXid, provider.Warn, gpu, cite, "Xid %d on %s since boot%s: %s", x.Code, x.Bus, times, name)
 	}
 
 	// dcgm
@@ -308,7 +351,10 @@ func Check(p *Probe, want Expect, o Options) *Report {
 		case !d.Ran:
 			skip(CheckDCGM, -1, "dcgmi diag did not run: %s", d.Text)
 		case len(d.Failed) > 0:
-			add(CheckDCGM, provider.Critical, -1, citeDCGM, "dcgmi diag: %s", strings.Join(d.Failed, "; "))
+			add(CheckDCGM, provider.Critical, -1, citeDCGM, "dcgmi diag failed: %s", strings.Join(d.Failed, ", "))
+		}
+		if len(d.Warned) > 0 {
+			add(CheckDCGM, provider.Warn, -1, citeDCGM, "dcgmi diag warned: %s", strings.Join(d.Warned, ", "))
 		}
 	}
 	r.Baseline = BaselineOf(p, Baseline{XidSince: -1})
@@ -388,15 +434,25 @@ func (r *Report) finish() {
 	if model == "" && len(r.GPUs) > 0 {
 		model = r.GPUs[0].Name
 	}
-	r.Summary = fmt.Sprintf("%d × %s healthy", len(r.GPUs), model)
+	noun := "GPUs"
+	if len(r.GPUs) == 1 {
+		noun = "GPU"
+	}
+	r.Summary = fmt.Sprintf("%d %s %s healthy", len(r.GPUs), noun, model)
+	var about []string
 	if r.Driver != "" {
-		r.Summary += ", driver " + r.Driver
+		about = append(about, "driver "+r.Driver)
 	}
 	if r.CUDA != "" {
-		r.Summary += ", CUDA " + r.CUDA
+		about = append(about, "CUDA "+r.CUDA)
 	}
-	if w := r.warnings(); w > 0 {
-		r.Summary += fmt.Sprintf(" (%d warnings)", w)
+	if w := r.warnings(); w == 1 {
+		about = append(about, "1 warning")
+	} else if w > 1 {
+		about = append(about, fmt.Sprintf("%d warnings", w))
+	}
+	if len(about) > 0 {
+		r.Summary += " (" + strings.Join(about, ", ") + ")"
 	}
 }
 
@@ -434,4 +490,27 @@ func BaselineOf(p *Probe, prev Baseline) Baseline {
 		}
 	}
 	return b
+}
+
+// xidGroup is one Xid code on one GPU, n times.
+type xidGroup struct {
+	Xid
+	n int
+}
+
+// groupXids folds repeated lines of the same Xid on the same GPU into one,
+// in the order first seen.
+func groupXids(xs []Xid) []xidGroup {
+	var out []xidGroup
+	at := map[string]int{}
+	for _, x := range xs {
+		k := fmt.Sprintf("%d@%s", x.Code, x.Bus)
+		if i, ok := at[k]; ok {
+			out[i].n++
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, xidGroup{x, 1})
+	}
+	return out
 }

@@ -113,10 +113,10 @@ func TestRealMachines(t *testing.T) {
 		fabric               gpu.Fabric
 		skipped              []string
 	}{
-		{"h200", "H200", "1 × H200 healthy, driver 580.159.04, CUDA 13.0", h200, "0000:00:06.0",
+		{"h200", "H200", "1 GPU H200 healthy (driver 580.159.04, CUDA 13.0)", h200, "0000:00:06.0",
 			"GPU-911462c6-8918-2b50-6b9e-1fa196a7e26e", 143771, gpu.Fabric{State: "N/A", Status: "N/A"},
 			[]string{"retirement: retired_pages.pending is [N/A] on GPU 0"}},
-		{"h100 on an NVSwitch fabric", "H100-80GB", "1 × H100-80GB healthy, driver 590.48.01, CUDA 13.1", h100, "0000:00:09.0",
+		{"h100 on an NVSwitch fabric", "H100-80GB", "1 GPU H100-80GB healthy (driver 590.48.01, CUDA 13.1)", h100, "0000:00:09.0",
 			"GPU-00000000-0000-0000-0000-000000000000", 81559, gpu.Fabric{State: "Completed", Status: "Success"},
 			[]string{"retirement: retired_pages.pending is [N/A] on GPU 0", "xid: the kernel log is not readable (dmesg, sudo -n dmesg and journalctl -k all refused)"}},
 	} {
@@ -148,24 +148,49 @@ func TestRealMachines(t *testing.T) {
 	}
 }
 
-// hgx builds an 8-GPU HGX H100 machine out of the real H100 row: the same
-// values on the HGX bus layout (a real machine's bus ids, from the sim's
-// catalog of them), with its lspci lines and four NVSwitches.
+// hgxQ is the real nvidia-smi -q of an 8-GPU HGX H100 on NVSwitches
+// (testdata/gpud-hgx-h100).
+const hgxQ = "gpud-hgx-h100/q.stdout"
+
+// hgxGPUs returns the bus ids and UUIDs of the eight GPUs of hgxQ, in its
+// order.
+func hgxGPUs(t *testing.T) (bus, uuid []string) {
+	t.Helper()
+	for _, line := range strings.Split(read(t, hgxQ), "\n") {
+		if b, ok := strings.CutPrefix(line, "GPU "); ok {
+			bus = append(bus, b)
+		}
+		if u, ok := strings.CutPrefix(strings.TrimSpace(line), "GPU UUID"); ok {
+			uuid = append(uuid, strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(u), ":")))
+		}
+	}
+	if len(bus) != 8 || len(uuid) != 8 {
+		t.Fatalf("%s: %d GPUs, %d UUIDs", hgxQ, len(bus), len(uuid))
+	}
+	return bus, uuid
+}
+
+// hgx builds the GPU query of the 8-GPU HGX H100 of hgxQ, for which only
+// -q exists: each row is the real H100 row of exporter-h100 with this
+// machine's index, UUID and bus id put in; edit changes a row (an empty
+// index drops it: a GPU nvidia-smi does not list). bus is the machine's
+// lspci -D -n as the probe prints it: the eight GPUs (10de:2330, the
+// H100 SXM5's device id) and four NVSwitches (class 0680).
 func hgx(t *testing.T, edit func(i int, cols []string)) (query, bus string) {
 	t.Helper()
 	row := strings.TrimSpace(project(t, read(t, "exporter-h100/query_all.csv")))
-	addrs := []string{"18", "2a", "3a", "5d", "9a", "ab", "ba", "db"}
+	addrs, uuids := hgxGPUs(t)
 	var q, l []string
 	for i, a := range addrs {
 		cols := strings.Split(row, ", ")
-		cols[0], cols[1], cols[4] = fmt.Sprint(i), fmt.Sprintf("GPU-0000000%d-0000-0000-0000-000000000000", i), "00000000:"+strings.ToUpper(a)+":00.0"
+		cols[col("index")], cols[col("uuid")], cols[col("pci.bus_id")] = fmt.Sprint(i), uuids[i], a
 		if edit != nil {
 			edit(i, cols)
 		}
 		if cols[0] != "" {
 			q = append(q, strings.Join(cols, ", "))
 		}
-		l = append(l, fmt.Sprintf("0000:%s:00.0 0302: 10de:2330 (rev a1)", a))
+		l = append(l, gpu.NormBus(a)+" 0302: 10de:2330 (rev a1)")
 	}
 	for _, a := range []string{"05", "06", "07", "08"} {
 		l = append(l, fmt.Sprintf("0000:%s:00.0 0680: 10de:22a3 (rev a1)", a))
@@ -179,7 +204,13 @@ func col(f string) int { return slices.Index(gpu.Fields, f) }
 // with a message a user can act on, and nothing else; the faults are the
 // real H100 row with one value changed.
 func TestFaults(t *testing.T) {
-	q8 := strings.Replace(read(t, "exporter-h100/q.stdout"), "GPU 00000000:00:09.0", "GPU 00000000:18:00.0", 1)
+	q8 := read(t, hgxQ)
+	// The first GPU's fabric as a real unfinished one (gpu-operator-2511).
+	stuck := strings.Replace(q8, "    Fabric\n        State                             : Completed\n        Status                            : Success\n",
+		read(t, "gpu-operator-2511/fabric_in_progress.txt"), 1)
+	if stuck == q8 {
+		t.Fatal("the HGX -q has no Fabric block to replace")
+	}
 	for _, tc := range []struct {
 		name    string
 		edit    func(i int, cols []string)
@@ -190,7 +221,7 @@ func TestFaults(t *testing.T) {
 		warn    []string
 		summary string
 	}{
-		{name: "healthy", summary: "8 × H100-80GB healthy, driver 590.48.01, CUDA 13.1"},
+		{name: "healthy", summary: "8 GPUs H100-80GB healthy (driver 535.161.08, CUDA 12.2)"},
 		{name: "7 of 8 visible", edit: func(i int, c []string) {
 			if i == 7 {
 				c[0] = ""
@@ -200,7 +231,7 @@ func TestFaults(t *testing.T) {
 			if i == 2 {
 				c[col("ecc.errors.uncorrected.volatile.total")] = "2"
 			}
-		}, fail: []string{"ecc"}, summary: "GPU 2 (0000:3a:00.0) has 2 uncorrectable ECC errors since the driver loaded"},
+		}, fail: []string{"ecc"}, summary: "GPU 2 (0000:4c:00.0) has 2 uncorrectable ECC errors since the driver loaded"},
 		{name: "row remap pending", edit: func(i int, c []string) {
 			if i == 1 {
 				c[col("remapped_rows.pending")] = "Yes"
@@ -215,7 +246,7 @@ func TestFaults(t *testing.T) {
 			if i == 4 {
 				c[col("pcie.link.width.current")] = "8"
 			}
-		}, fail: []string{"link"}, summary: "GPU 4 (0000:9a:00.0) runs its PCIe link at x8 of x16"},
+		}, fail: []string{"link"}, summary: "GPU 4 (0000:9b:00.0) runs its PCIe link at x8 of x16"},
 		{name: "link generation down at idle is no fault", edit: func(i int, c []string) {
 			c[col("pcie.link.gen.current")] = "1"
 		}},
@@ -232,12 +263,14 @@ func TestFaults(t *testing.T) {
 				c[col("memory.total")] = "40536"
 			}
 		}, fail: []string{"memory"}},
-		{name: "fabric not initialized", q: strings.Replace(q8, "State                                          : Completed", "State                                          : In Progress", 1),
-			fail: []string{"fabric"}},
+		{name: "fabric not initialized", q: stuck, fail: []string{"fabric"},
+			summary: `GPU 0's NVSwitch fabric is "In Progress" (status "N/A"), not Completed/Success: CUDA fails with "system not yet initialized"`},
 		{name: "fabric manager down", fm: "inactive", fail: []string{"fabric"}},
-		{name: "Xid 79 since boot", xid: "[  812.114221] NVRM: Xid (PCI:0000:ba:00): 79, pid=2468, name=python, GPU has fallen off the bus.",
-			fail: []string{"xid"}, summary: "Xid 79 on 0000:ba:00 since boot: GPU has fallen off the bus (reboot or drain the node)"},
-		{name: "an application's Xid only warns", xid: "[  812.114221] NVRM: Xid (PCI:0000:ba:00): 13, pid=2468, name=python, Graphics SM Warp Exception",
+		{name: "Xid 79 since boot", xid: "[  812.114221] NVRM: Xid (PCI:0000:bb:00): 79, pid=2468, name=python, GPU has fallen off the bus.",
+			fail: []string{"xid"}, summary: "Xid 79 on 0000:bb:00 since boot: GPU has fallen off the bus (reboot or drain the node)"},
+		{name: "Xid 79 with the xid check off", opts: gpu.Options{Off: []string{"xid"}},
+			xid: "[  812.114221] NVRM: Xid (PCI:0000:bb:00): 79, pid=2468, name=python, GPU has fallen off the bus."},
+		{name: "an application's Xid only warns", xid: "[  812.114221] NVRM: Xid (PCI:0000:bb:00): 13, pid=2468, name=python, Graphics SM Warp Exception",
 			warn: []string{"xid"}},
 		{name: "hardware slowdown warns", edit: func(i int, c []string) {
 			c[col("clocks_throttle_reasons.active")] = "0x0000000000000048"
@@ -291,7 +324,7 @@ func cmpOr(a, b string) string {
 // Supported] passes nothing silently: each check it could not make is
 // listed with the field and the GPU.
 func TestNAIsSaid(t *testing.T) {
-	row := "0, GPU-x, 1322320069283, Tesla T4, 00000000:00:1E.0, [N/A], 525.89.02, [Not Supported], [N/A], [N/A], [N/A], [N/A], [N/A], [N/A], [N/A], [N/A], [Not Supported], [N/A]"
+	row := "0, GPU-x, 1322320069283, Tesla T4, 00000000:00:1E.0, [N/A], 525.89.02, [Not Supported], [Unknown Error], [N/A], [Insufficient Permissions], [N/A], [N/A], [N/A], N/A, [N/A], [Not Supported], [N/A]"
 	p := mustParse(t, probe("query", row))
 	r := gpu.Check(p, gpu.Expect{Model: "T4", Count: 1}, gpu.Options{})
 	if !r.OK {
@@ -305,6 +338,9 @@ func TestNAIsSaid(t *testing.T) {
 		if !slices.Contains(got, want) {
 			t.Errorf("check %s not reported as skipped (skipped: %v)", want, got)
 		}
+	}
+	if g := p.GPUs[0]; g.NA["ecc.errors.uncorrected.volatile.total"] != "[Unknown Error]" || g.NA["remapped_rows.pending"] != "[Insufficient Permissions]" || g.NA["pcie.link.width.current"] != "N/A" {
+		t.Errorf("not-readable reasons %v", g.NA)
 	}
 }
 
@@ -329,19 +365,27 @@ func TestDriverErrors(t *testing.T) {
 			}
 		})
 	}
-	t.Run("a lost GPU among the rows", func(t *testing.T) {
-		query, bus := hgx(t, nil)
-		rows := strings.Split(query, "\n")
-		rows[5] = "Unable to determine the device handle for GPU0000:AB:00.0: Unknown Error"
-		p := mustParse(t, probe("query:15", strings.Join(rows, "\n"), "bus", bus))
-		if !slices.Equal(p.Lost, []string{"0000:ab:00.0"}) {
-			t.Errorf("lost %v", p.Lost)
-		}
-		r := gpu.Check(p, gpu.Expect{Model: "H100-80GB", Count: 8}, gpu.Options{})
-		if got := checks(r, provider.Critical); !slices.Equal(got, []string{"driver", "count"}) {
-			t.Errorf("failed %v: %s", got, r.Summary)
-		}
-	})
+	for _, lost := range []string{
+		"Unable to determine the device handle for GPU0000:BB:00.0: Unknown Error",
+		"Unable to determine the device handle for GPU0000:BB:00.0: GPU is lost.  Reboot the system to recover this GPU",
+	} {
+		t.Run(lost, func(t *testing.T) {
+			query, bus := hgx(t, nil)
+			rows := strings.Split(query, "\n")
+			rows[5] = lost
+			p := mustParse(t, probe("query:15", strings.Join(rows, "\n"), "bus", bus))
+			if !slices.Equal(p.Lost, []string{"0000:bb:00.0"}) {
+				t.Errorf("lost %v", p.Lost)
+			}
+			r := gpu.Check(p, gpu.Expect{Model: "H100-80GB", Count: 8}, gpu.Options{})
+			if got := checks(r, provider.Critical); !slices.Equal(got, []string{"driver", "count"}) {
+				t.Errorf("failed %v: %s", got, r.Summary)
+			}
+			if want := "the driver cannot reach GPU 0000:bb:00.0: " + lost + "; 7 of 8 GPUs visible; missing 0000:bb:00.0"; r.Summary != want {
+				t.Errorf("summary %q\nwant    %q", r.Summary, want)
+			}
+		})
+	}
 	t.Run("an older driver", func(t *testing.T) {
 		var base []string
 		for _, f := range gpu.Fields {
@@ -379,7 +423,7 @@ func TestDriverErrors(t *testing.T) {
 // at acceptance is not reported again, and after a reboot every Xid is new.
 func TestHealth(t *testing.T) {
 	query, bus := hgx(t, nil)
-	old := "[   12.000001] NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=x, Graphics SM Warp Exception"
+	old := "[   12.000001] NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, Graphics SM Warp Exception"
 	accepted := mustParse(t, probe("query", query, "bus", bus, "xid", old, "boot", "boot-1"))
 	base := gpu.Check(accepted, gpu.Expect{Model: "H100-80GB", Count: 8}, gpu.Options{}).Baseline
 	if base.BootID != "boot-1" || base.XidSince != 12.000001 || base.GPUs != 8 || len(base.Bus) != 8 {
@@ -394,7 +438,7 @@ func TestHealth(t *testing.T) {
 	if fs := gpu.Health(accepted, base, gpu.Options{}); len(fs) != 0 {
 		t.Errorf("nothing new, yet %v", codes(fs))
 	}
-	xid79 := old + "\n[ 5012.114221] NVRM: Xid (PCI:0000:ba:00): 79, pid=2468, name=python, GPU has fallen off the bus."
+	xid79 := old + "\n[ 5012.114221] NVRM: Xid (PCI:0000:bb:00): 79, pid=2468, name=python, GPU has fallen off the bus."
 	later := mustParse(t, probe("query", query, "bus", bus, "xid", xid79, "boot", "boot-1"))
 	if got := codes(gpu.Health(later, base, gpu.Options{})); !slices.Equal(got, []string{"critical gpu-xid-79"}) {
 		t.Errorf("after an Xid 79: %v", got)
@@ -472,7 +516,7 @@ echo "[  812.114221] NVRM: Xid (PCI:0000:00:06): 79, pid=2468, name=python, GPU 
 // failed.
 func TestFabricManagerUnknown(t *testing.T) {
 	query, bus := hgx(t, nil)
-	q8 := strings.Replace(read(t, "exporter-h100/q.stdout"), "GPU 00000000:00:09.0", "GPU 00000000:18:00.0", 1)
+	q8 := read(t, hgxQ)
 	noSystemd := "System has not been booted with systemd as init system (PID 1). Can't operate.\nFailed to connect to bus: Host is down"
 	r := gpu.Check(mustParse(t, probe("query", query, "q", q8, "bus", bus, "fm:1", noSystemd, "xid", "")), gpu.Expect{Model: "H100-80GB", Count: 8}, gpu.Options{})
 	said := slices.ContainsFunc(r.Skipped, func(s gpu.Skipped) bool {

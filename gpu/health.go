@@ -24,9 +24,14 @@ import (
 //	gpu-fabric         the NVSwitch fabric or the fabric manager down          critical
 //
 // A baseline from another boot counts every Xid of this boot as new.
+// Repeated lines of one Xid on one GPU are one finding. A finding whose
+// check (see Checks) is in o.Off is not returned.
 func Health(p *Probe, base Baseline, o Options) []provider.Finding {
 	var fs []provider.Finding
 	add := func(sev provider.Severity, code, format string, args ...any) {
+		if slices.Contains(o.Off, healthCheck(code)) {
+			return
+		}
 		fs = append(fs, provider.Finding{Severity: sev, Code: code, Message: fmt.Sprintf(format, args...)})
 	}
 	if len(p.GPUs) == 0 {
@@ -59,19 +64,28 @@ func Health(p *Probe, base Baseline, o Options) []provider.Finding {
 		}
 	}
 	sameBoot := base.BootID != "" && base.BootID == p.BootID
+	var fresh []Xid
 	for i, x := range p.Xids {
 		if sameBoot && (x.Since >= 0 && x.Since <= base.XidSince || x.Since < 0 && i < base.XidCount) {
 			continue
 		}
+		fresh = append(fresh, x)
+	}
+	for _, x := range groupXids(fresh) {
 		info, ok := XidOf(x.Code)
 		sev, name := provider.Warn, x.Text
 		if ok {
 			name = info.Name
 			if info.Kind != XidApp {
 				sev = provider.Critical
+				name += " (" + info.Kind.String() + ")"
 			}
 		}
-		add(sev, fmt.Sprintf("gpu-xid-%d", x.Code), "Xid %d on %s: %s (%s Xid %d)", x.Code, x.Bus, name, XidCatalog, x.Code)
+		times := ""
+		if x.n > 1 {
+			times = fmt.Sprintf(", %d times", x.n)
+		}
+		add(sev, fmt.Sprintf("gpu-xid-%d", x.Code), "Xid %d on %s%s: %s; see %s", x.Code, x.Bus, times, name, XidCatalog)
 	}
 	for _, g := range p.GPUs {
 		if g.Uncorrected != nil && *g.Uncorrected > 0 {
@@ -99,4 +113,23 @@ func Health(p *Probe, base Baseline, o Options) []provider.Finding {
 	}
 	slices.SortStableFunc(fs, func(a, b provider.Finding) int { return int(b.Severity) - int(a.Severity) })
 	return fs
+}
+
+// healthCheck names the acceptance check a Health code belongs to.
+func healthCheck(code string) string {
+	switch {
+	case strings.HasPrefix(code, "gpu-xid-"):
+		return CheckXid
+	case code == "gpu-ecc":
+		return CheckECC
+	case code == "gpu-remap-failure", code == "gpu-pending":
+		return CheckRetirement
+	case code == "gpu-slowdown":
+		return CheckThrottle
+	case code == "gpu-fabric":
+		return CheckFabric
+	case code == "gpu-gone":
+		return CheckCount
+	}
+	return CheckDriver
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -21,6 +22,12 @@ type Probe struct {
 	// Lost are the GPUs nvidia-smi named but could not read ("Unable to
 	// determine the device handle for GPU…", "GPU is lost"), by bus id.
 	Lost []string `json:"lost,omitempty"`
+	// QGPUs are the GPUs as nvidia-smi -q describes them, the same facts
+	// as the query's (for a machine whose query failed, and to check one
+	// against the other). FromQ is true when GPUs were taken from QGPUs
+	// because the query listed none.
+	QGPUs []GPU `json:"q_gpus,omitempty"`
+	FromQ bool  `json:"from_q,omitempty"`
 	// Unknown are the fields of Fields the driver did not know (it was
 	// asked the base fields instead).
 	Unknown []string `json:"unknown,omitempty"`
@@ -103,7 +110,8 @@ type Xid struct {
 type DCGM struct {
 	RC     int      `json:"rc"`
 	Ran    bool     `json:"ran"`
-	Failed []string `json:"failed,omitempty"` // tests that did not pass
+	Failed []string `json:"failed,omitempty"` // tests with a FAIL result
+	Warned []string `json:"warned,omitempty"` // tests with a WARN result
 	Text   string   `json:"text,omitempty"`   // what it said when it did not run
 }
 
@@ -162,9 +170,9 @@ func sections(out []byte) (map[string]*section, error) {
 // Parse reads the output of Script (with DCGMScript's appended, where
 // run). A field a GPU reports as "[N/A]", "[Not Supported]" or another
 // bracketed word is recorded as not readable, never as a value; a driver
-// that answers with an error is recorded in QueryError. Parse fails only on
-// output that is not the probe's at all (ErrNotProbe) or whose query
-// section is missing.
+// that answers with an error is recorded in QueryError, and a missing query
+// section (output cut off) as QueryRC -1. Parse fails only on output that
+// is not the probe's at all (ErrNotProbe).
 func Parse(out []byte) (*Probe, error) {
 	secs, err := sections(out)
 	if err != nil {
@@ -172,8 +180,8 @@ func Parse(out []byte) (*Probe, error) {
 	}
 	p := &Probe{}
 	q, fields := secs["query"], Fields
-	if q == nil {
-		return nil, fmt.Errorf("%w: no query section", ErrNotProbe)
+	if q == nil { // cut off before it: the driver is not known to answer
+		q = &section{rc: -1, out: "the probe's output has no query section"}
 	}
 	if b := secs["query-base"]; q.rc == 2 && b != nil {
 		q, fields = b, baseFields
@@ -187,6 +195,9 @@ func Parse(out []byte) (*Probe, error) {
 	p.parseQuery(q.out, fields)
 	if s := secs["q"]; s != nil {
 		p.parseQ(s.out)
+	}
+	if len(p.GPUs) == 0 && len(p.QGPUs) > 0 {
+		p.GPUs, p.FromQ = slices.Clone(p.QGPUs), true
 	}
 	if s := secs["bus"]; s != nil && s.ok && s.rc == 0 {
 		p.BusRead = true
@@ -333,64 +344,37 @@ func (g *GPU) set(field, v string) {
 	}
 }
 
-// NormBus normalizes a PCI address to lspci's form, lowercase with a
-// four-digit domain: nvidia-smi's "00000000:8A:00.0" is "0000:8a:00.0".
+// NormBus normalizes a PCI address to lspci -D's form, lowercase with a
+// four-digit domain: nvidia-smi's "00000000:8A:00.0" is "0000:8a:00.0",
+// and an address without a domain ("8a:00.0") is in domain 0000.
 func NormBus(s string) string {
 	s = strings.ToLower(strings.TrimSpace(s))
-	if dom, rest, ok := strings.Cut(s, ":"); ok && len(dom) > 4 && strings.Count(s, ":") == 2 {
-		s = dom[len(dom)-4:] + ":" + rest
+	switch strings.Count(s, ":") {
+	case 1:
+		s = "0000:" + s
+	case 2:
+		if dom, rest, _ := strings.Cut(s, ":"); len(dom) > 4 {
+			s = dom[len(dom)-4:] + ":" + rest
+		}
 	}
 	return s
 }
 
-// parseQ reads the driver and CUDA versions and each GPU's Fabric block
-// from nvidia-smi -q.
-func (p *Probe) parseQ(out string) {
-	var gpu string
-	inFabric := false
-	fabricIndent := 0
-	for _, line := range strings.Split(out, "\n") {
-		trimmed := strings.TrimSpace(line)
-		indent := len(line) - len(strings.TrimLeft(line, " "))
-		if strings.HasPrefix(line, "GPU ") && indent == 0 {
-			gpu, inFabric = NormBus(strings.TrimPrefix(line, "GPU ")), false
-			continue
-		}
-		key, val, hasVal := strings.Cut(trimmed, ":")
-		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
-		switch {
-		case indent == 0 && key == "Driver Version" && hasVal:
-			p.Driver = val
-		case indent == 0 && key == "CUDA Version" && hasVal:
-			p.CUDA = val
-		case gpu != "" && trimmed == "Fabric":
-			inFabric, fabricIndent = true, indent
-		case inFabric && indent <= fabricIndent:
-			inFabric = false
-		case inFabric && hasVal && (key == "State" || key == "Status") && indent == fabricIndent+4:
-			if p.Fabric == nil {
-				p.Fabric = map[string]Fabric{}
-			}
-			f := p.Fabric[gpu]
-			if key == "State" {
-				f.State = val
-			} else {
-				f.Status = val
-			}
-			p.Fabric[gpu] = f
-		}
-	}
-}
+// busRE reads one NVIDIA device of lspci: -n's "0000:18:00.0 0302: 10de:2330
+// (rev a1)" or -nn's "0001:00:00.0 3D controller [0302]: NVIDIA Corporation
+// GA100 [A100 SXM4 80GB] [10de:20b2] (rev a1)".
+var busRE = regexp.MustCompile(`^([0-9a-fA-F]{0,8}:?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?:([0-9a-fA-F]{4}):|.*\[([0-9a-fA-F]{4})\]:)\s.*?\b10de:([0-9a-fA-F]{4})\b`)
 
-// parseBus reads lspci -D -n lines: "0000:18:00.0 0302: 10de:2330 (rev a1)".
+// parseBus reads the NVIDIA devices of lspci -n or -nn (with or without
+// -D) and of the probe's sysfs lines, which have -n's form.
 func parseBus(out string) []Device {
 	var ds []Device
 	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 || !strings.HasSuffix(f[1], ":") || !strings.HasPrefix(strings.ToLower(f[2]), "10de:") {
+		m := busRE.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
 			continue
 		}
-		ds = append(ds, Device{Addr: NormBus(f[0]), Class: strings.TrimSuffix(f[1], ":"), Device: strings.ToLower(strings.TrimPrefix(strings.ToLower(f[2]), "10de:"))})
+		ds = append(ds, Device{Addr: NormBus(m[1]), Class: strings.ToLower(m[2] + m[3]), Device: strings.ToLower(m[4])})
 	}
 	return ds
 }
@@ -439,20 +423,25 @@ func parseXids(out string) []Xid {
 	return xs
 }
 
-// parseDCGM reads `dcgmi diag -j`: every test whose result is not Pass
-// or Skip counts as failed.
+// parseDCGM reads `dcgmi diag -j`: DCGM's JSON ("DCGM GPU Diagnostic" >
+// test_categories > tests > results, each result with a status of PASS,
+// FAIL, WARN or SKIPPED, in any case). A test with a FAIL result is
+// failed; one with a WARN result is listed in Warned.
 func parseDCGM(s *section) *DCGM {
 	d := &DCGM{RC: s.rc}
 	if s.rc == 127 {
 		d.Text = strings.TrimSpace(s.out)
 		return d
 	}
+	out := s.out
+	if i := strings.IndexByte(out, '{'); i > 0 { // a warning line before the JSON
+		out = out[i:]
+	}
 	var doc any
-	if err := json.Unmarshal([]byte(s.out), &doc); err != nil {
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		d.Text = firstLine(s.out)
 		return d
 	}
-	d.Ran = true
 	var walk func(v any, name string)
 	walk = func(v any, name string) {
 		switch t := v.(type) {
@@ -460,17 +449,24 @@ func parseDCGM(s *section) *DCGM {
 			n := name
 			if tn, ok := t["name"].(string); ok {
 				n = tn
-			} else if tn, ok := t["test_name"].(string); ok {
-				n = tn
 			}
 			for k, c := range t {
-				if (k == "status" || k == "result") && n != "" {
-					if r, ok := c.(string); ok && !strings.EqualFold(r, "pass") && !strings.EqualFold(r, "skip") && !strings.EqualFold(r, "not run") {
-						d.Failed = append(d.Failed, n+": "+r)
-					}
+				if k != "status" {
+					walk(c, n)
 					continue
 				}
-				walk(c, n)
+				r, _ := c.(string)
+				d.Ran = true
+				switch strings.ToLower(r) {
+				case "fail", "failed":
+					if !slices.Contains(d.Failed, n) {
+						d.Failed = append(d.Failed, n)
+					}
+				case "warn", "warning":
+					if !slices.Contains(d.Warned, n) {
+						d.Warned = append(d.Warned, n)
+					}
+				}
 			}
 		case []any:
 			for _, c := range t {
@@ -479,6 +475,11 @@ func parseDCGM(s *section) *DCGM {
 		}
 	}
 	walk(doc, "")
+	slices.Sort(d.Failed)
+	slices.Sort(d.Warned)
+	if !d.Ran {
+		d.Text = firstLine(s.out)
+	}
 	return d
 }
 

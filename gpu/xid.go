@@ -1,21 +1,30 @@
 package gpu
 
-// XidCatalog is the NVIDIA Xid catalog's source.
+// XidCatalog is NVIDIA's Xid catalog for Ampere and newer GPUs, the source
+// of Xids: its "Resolution Bucket (Immediate Action)" column says what an
+// Xid asks of the machine.
 const XidCatalog = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 
-// XidKind is what an Xid asks of the machine.
+// XidKind is what an Xid asks of the machine, after the catalog's
+// immediate action.
 type XidKind int
 
 const (
-	// XidApp: the application's fault or a transient one; the machine is
-	// fine (restart the application). A warning.
+	// XidApp is an Xid the catalog answers with RESTART_APP, IGNORE or a
+	// workflow that starts with the application: the machine is not
+	// suspect on its own. It warns.
 	XidApp XidKind = iota
-	// XidReset: the GPU needs a reset before it is trusted again.
+	// XidReset is an Xid the catalog answers with RESET_GPU (or the
+	// double-bit ECC and NVLink workflows, which end in a GPU reset): the
+	// GPU is not trusted again until it is reset. It fails acceptance.
 	XidReset
-	// XidReboot: the node needs a reboot (or a drain and service).
+	// XidReboot is an Xid the catalog answers with RESTART_BM or
+	// RESTART_VM: the node needs a reboot (or a drain and service). It
+	// fails acceptance.
 	XidReboot
 )
 
+// String says what the kind asks for, as findings word it.
 func (k XidKind) String() string {
 	switch k {
 	case XidReset:
@@ -28,32 +37,44 @@ func (k XidKind) String() string {
 
 // XidInfo is an Xid's entry in the table gpuprov acts on.
 type XidInfo struct {
+	// Name is the catalog's description.
 	Name string
+	// Bucket is the catalog's "Resolution Bucket (Immediate Action)".
+	Bucket string
+	// Kind is what gpuprov makes of Bucket.
 	Kind XidKind
 }
 
-// Xids is the table the xid check and Health act on, after NVIDIA's Xid
-// catalog (XidCatalog, "Resolution Bucket (Immediate Action)" and the
-// Xid descriptions): an Xid of kind XidReset or XidReboot fails
-// acceptance and is critical in Health; an Xid not listed is a warning.
+// Xids is the table the xid check and Health act on, each entry as
+// NVIDIA's Xid catalog (XidCatalog) lists it: an Xid of kind XidReset or
+// XidReboot fails acceptance and is critical in Health; any other Xid,
+// listed or not, is a warning.
 var Xids = map[int]XidInfo{
-	31:  {"GPU memory page fault", XidApp},
-	43:  {"GPU stopped processing", XidApp},
-	45:  {"preemptive cleanup, due to a previous error", XidApp},
-	46:  {"GPU stopped processing", XidReset},
-	48:  {"double bit ECC error", XidReset},
-	61:  {"internal micro-controller breakpoint/warning", XidReset},
-	62:  {"internal micro-controller halt", XidReset},
-	63:  {"ECC page retirement or row remapping recording event (reset the GPU to apply)", XidReset},
-	64:  {"ECC page retirement or row remapper recording failure", XidReset},
-	74:  {"NVLink error", XidReset},
-	79:  {"GPU has fallen off the bus", XidReboot},
-	92:  {"high single-bit ECC error rate", XidApp},
-	94:  {"contained ECC error", XidReset},
-	95:  {"uncontained ECC error", XidReset},
-	119: {"GSP RPC timeout", XidReset},
-	120: {"GSP error", XidReset},
-	140: {"unrecovered ECC error", XidReset},
+	13:  {"Graphics Engine Exception", "RESTART_APP", XidApp},
+	31:  {"GPU memory page fault", "RESTART_APP", XidApp},
+	43:  {"GPU stopped processing", "IGNORE", XidApp},
+	45:  {"Preemptive cleanup, due to previous errors", "WORKFLOW_XID_45", XidApp},
+	46:  {"GPU stopped processing", "RESET_GPU", XidReset},
+	48:  {"Double Bit ECC Error", "WORKFLOW_XID_48", XidReset},
+	62:  {"Internal micro-controller halt", "RESET_GPU", XidReset},
+	63:  {"GPU memory remapping event", "IGNORE", XidApp},
+	64:  {"GPU memory remapping failure", "RESET_GPU", XidReset},
+	74:  {"NVLINK Error", "WORKFLOW_NVLINK_ERR", XidReset},
+	79:  {"GPU has fallen off the bus", "RESTART_BM", XidReboot},
+	92:  {"High single-bit ECC error rate", "IGNORE", XidApp},
+	94:  {"Contained memory error", "RESTART_APP", XidApp},
+	95:  {"Uncontained memory error", "RESET_GPU", XidReset},
+	109: {"Context Switch Timeout Error", "RESET_GPU", XidReset},
+	110: {"Security Fault Error", "RESET_GPU", XidReset},
+	119: {"GSP RPC Timeout", "RESET_GPU", XidReset},
+	120: {"GSP Error", "RESET_GPU", XidReset},
+	136: {"Link Training Failed", "RESET_GPU", XidReset},
+	140: {"ECC Unrecovered Error", "RESET_GPU", XidReset},
+	143: {"GPU Initialization Error", "RESET_GPU", XidReset},
+	151: {"Key rotation Error", "RESTART_VM", XidReboot},
+	155: {"NVLINK: SW Defined Error", "RESET_GPU", XidReset},
+	156: {"Resource Retirement Event", "RESET_GPU", XidReset},
+	158: {"GPU Fatal Timeout", "RESET_GPU", XidReset},
 }
 
 // XidOf returns the table's entry for code, and whether it has one.

@@ -40,7 +40,7 @@ var gpuTable = []GPUModel{
 	{"RTX4090", 24, []string{"NVIDIA GeForce RTX 4090", "RTX 4090", "RTX4090_24GB"}},
 	{"T4", 16, []string{"nvidia-tesla-t4", "Tesla T4", "NVIDIA T4", "T4_16GB"}},
 	{"V100", 16, []string{"nvidia-tesla-v100", "Tesla V100", "V100-16GB", "V100_16GB", "Tesla V100-SXM2-16GB", "v100_sxm2"}},
-	{"V100-32GB", 32, []string{"Tesla V100-SXM2-32GB", "V100_32GB"}},
+	{"V100-32GB", 32, []string{"Tesla V100-SXM2-32GB", "Tesla V100-PCIE-32GB", "V100_32GB"}},
 	{"P100", 16, []string{"nvidia-tesla-p100", "Tesla P100", "P100_16GB"}},
 	{"P4", 8, []string{"nvidia-tesla-p4", "Tesla P4", "P4_8GB"}},
 }

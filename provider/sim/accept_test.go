@@ -125,7 +125,7 @@ func TestAcceptanceRefusesAndRemembersABadMachine(t *testing.T) {
 		bad.Summary != "7 of 8 GPUs visible; missing 0000:db:00.0" || len(bad.GPUs) != 7 || bad.GPUs[0].UUID == "" {
 		t.Errorf("the bad attempt: host %q kind %q report %+v", as[0].Host, as[0].ErrorKind, bad)
 	}
-	if as[1].Host != "m-1002" || !good.OK || len(good.GPUs) != 8 || !strings.HasPrefix(good.Summary, "8 × H100-80GB healthy") {
+	if as[1].Host != "m-1002" || !good.OK || len(good.GPUs) != 8 || !strings.HasPrefix(good.Summary, "8 GPUs H100-80GB healthy") {
 		t.Errorf("the good attempt: host %q report %+v", as[1].Host, good)
 	}
 	if st := as[0].State; st != journal.AttemptTornDown {
@@ -146,7 +146,7 @@ func TestAcceptanceRefusesAndRemembersABadMachine(t *testing.T) {
 			said = append(said, ev.Type+": "+ev.Message)
 		}
 	}
-	if len(said) != 2 || said[0] != "rejected: 7 of 8 GPUs visible; missing 0000:db:00.0" || !strings.HasPrefix(said[1], "accepted: 8 × H100-80GB healthy, driver 580.159.04, CUDA 13.0") {
+	if len(said) != 2 || said[0] != "rejected: 7 of 8 GPUs visible; missing 0000:db:00.0" || !strings.HasPrefix(said[1], "accepted: 8 GPUs H100-80GB healthy (driver 580.159.04, CUDA 13.0)") {
 		t.Errorf("events %q", said)
 	}
 
