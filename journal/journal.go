@@ -365,10 +365,12 @@ type OfferStats struct {
 	Stockouts        int64  `json:"stockouts"`
 	Preempted        int64  `json:"preempted"`
 	Failed           int64  `json:"failed"`
-	// ReadyP50 and ReadyP90 are the median and 90th percentile of the time
-	// from create to ready, read from a histogram of ReadyBuckets: each
-	// is within a factor of √ReadyBucketRatio (about 12%) of the true
-	// value, for times between 1 s and the last bucket (about 20 h).
+	// ReadyP50 and ReadyP90 are the median and 90th percentile (nearest
+	// rank) of the time from create to ready, read from a histogram of
+	// fixed log-spaced buckets (ReadyBucketRatio): each is within a factor
+	// of √ReadyBucketRatio (about 12%) of the true value for times between
+	// 1 s and 24 h. A time under 1 s reads as 500 ms; one over about 24 h
+	// reads as about 27 h. Both are zero when nothing became ready.
 	ReadyP50 time.Duration `json:"ready_p50,omitempty"`
 	ReadyP90 time.Duration `json:"ready_p90,omitempty"`
 	// Wasted is the time billed on attempts that did not end ready
@@ -379,12 +381,18 @@ type OfferStats struct {
 
 // ReadyBucketRatio is the ratio between the edges of consecutive buckets
 // of the histogram of time to ready that OfferStats percentiles are read
-// from.
+// from: a bucket under 1 s, 51 buckets of this ratio from 1 s to about
+// 24.3 h, and one for longer times.
 const ReadyBucketRatio = 1.25
 
-// OfferHistory is a Journal that keeps the per-offer history (both
-// backends do). It is read whole: one row per offer ever tried.
+// OfferHistory is implemented by a Journal that keeps the per-offer
+// history (both backends here do; journaltest.Killable passes it through).
+// The history is what the Outcomes of committed Steps added, each exactly
+// once, kept per OfferKey in the Step's own transaction; it is bounded by
+// the number of offers ever tried, and Prune leaves it alone.
 type OfferHistory interface {
+	// OfferStats returns the whole history, keyed by OfferKey, as of one
+	// moment (no Step counted half). An offer no outcome named is absent.
 	OfferStats(ctx context.Context) (map[string]OfferStats, error)
 }
 

@@ -58,6 +58,13 @@
 //     After sees every event once, even while others commit.
 //   - A Commit or Acquire on a cancelled context fails with an error
 //     wrapping the context's error and writes nothing.
+//   - The per-offer history (journal.OfferHistory) is optional: its tests
+//     skip a journal that does not implement it. An outcome with an unknown
+//     kind, an empty OfferKey, a zero At or a negative Elapsed fails its
+//     Step, which writes nothing; an offer's Updated is the latest At of
+//     its outcomes, whatever the order they were committed in; the
+//     percentiles are within a factor √journal.ReadyBucketRatio of the
+//     nearest-rank ones.
 //   - Pruning (journal.Pruner) is optional: the Prune tests skip a journal
 //     that does not implement it. A VM ending exactly at Before, or with a
 //     zero EndedAt, is kept; a block whose Until is zero is expired.
@@ -136,6 +143,8 @@ func RunOpener(t *testing.T, o Opener) {
 		{"OfferHistory", false, testOfferHistory},
 		{"OfferHistoryRefusals", false, testOfferHistoryRefusals},
 		{"OfferHistoryConcurrent", false, testOfferHistoryConcurrent},
+		{"OfferHistoryPrune", false, testOfferHistoryPrune},
+		{"OfferHistoryKillable", false, testOfferHistoryKillable},
 		{"OfferHistoryReopen", true, testOfferHistoryReopen},
 		{"Reopen", true, testReopen},
 		{"TwoHandles", true, testTwoHandles},

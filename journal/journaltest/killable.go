@@ -16,6 +16,9 @@ var ErrKilled = errors.New("journaltest: process killed")
 // Renew, Release) fails with ErrKilled, as if the process had died just
 // before it, and the leases it held are left as a dead process leaves them:
 // not renewed, not released. Reads still work (they change nothing).
+//
+// Of the optional interfaces it passes journal.OfferHistory through and
+// hides the others (journal.LeaseClock, journal.Members, journal.Pruner).
 type Killable struct {
 	journal.Journal
 	Dead func() bool
@@ -53,8 +56,11 @@ func (k *Killable) Release(ctx context.Context, name, owner string) error {
 	return k.Journal.Release(ctx, name, owner)
 }
 
-// OfferStats passes the wrapped journal's per-offer history through (a
-// read: it works after the kill too).
+// OfferStats implements journal.OfferHistory by passing the wrapped
+// journal's history through, so an engine handed a Killable ranks offers
+// by it; it is a read and works after the kill too. Over a journal that
+// keeps no history it returns none (a nil map and no error), which the
+// engine reads as it reads a journal without one.
 func (k *Killable) OfferStats(ctx context.Context) (map[string]journal.OfferStats, error) {
 	oh, ok := k.Journal.(journal.OfferHistory)
 	if !ok {

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,7 +64,10 @@ func testOfferHistory(t *testing.T, h *harness) {
 		}
 		commit(t, j, &journal.Step{Outcomes: outs})
 	}
+	// b's latest outcome comes first: Updated is the latest At, not the
+	// last one written.
 	commit(t, j, &journal.Step{Outcomes: []journal.Outcome{
+		outcome("b", journal.OutcomePreempted, 5*time.Hour, 9*time.Hour),
 		outcome("b", journal.OutcomeCreated, 0, time.Hour),
 		outcome("b", journal.OutcomeAcceptanceFailed, 3*time.Minute, time.Hour),
 		outcome("b", journal.OutcomeCreated, 0, 2*time.Hour),
@@ -71,7 +76,6 @@ func testOfferHistory(t *testing.T, h *harness) {
 		outcome("b", journal.OutcomeFailed, 10*time.Minute, 3*time.Hour),
 		outcome("b", journal.OutcomeCreated, 0, 4*time.Hour),
 		outcome("b", journal.OutcomeReady, 20*time.Minute, 4*time.Hour),
-		outcome("b", journal.OutcomePreempted, 5*time.Hour, 9*time.Hour),
 	}})
 	got := stats(t, oh)
 	a, b := got["a"], got["b"]
@@ -98,8 +102,9 @@ func testOfferHistory(t *testing.T, h *harness) {
 }
 
 // testOfferHistoryRefusals: an outcome of an unknown kind (or without a key
-// or time) is refused and nothing of its Step is written; a Step whose
-// conditional Update fails counts none of its outcomes.
+// or time, or with a negative Elapsed) is refused, the error naming an
+// unknown kind, and nothing of its Step is written; a Step whose conditional
+// Update fails (ErrConflict, ErrLeaseLost) counts none of its outcomes.
 func testOfferHistoryRefusals(t *testing.T, h *harness) {
 	j := h.journal()
 	oh := historyOf(t, j)
@@ -110,14 +115,16 @@ func testOfferHistoryRefusals(t *testing.T, h *harness) {
 		{OfferKey: "a", Kind: journal.OutcomeReady, Elapsed: time.Second},
 		outcome("a", journal.OutcomeFailed, -time.Second, 0),
 	} {
-		err := j.Commit(ctx, &journal.Step{Events: []journal.Event{newEvent("vm-a", "e")},
+		u := v
+		u.Phase = "boot"
+		err := j.Commit(ctx, &journal.Step{Update: &u, Attempts: []journal.Attempt{newAttempt("vm-a", 1)},
+			Events: []journal.Event{newEvent("vm-a", "e")}, Blocks: []journal.Block{newBlock("blk", at(time.Hour))},
 			Outcomes: []journal.Outcome{outcome("a", journal.OutcomeCreated, 0, 0), bad}})
 		if err == nil {
 			t.Errorf("outcome %+v was accepted", bad)
+		} else if bad.Kind == "exploded" && !strings.Contains(err.Error(), `"exploded"`) {
+			t.Errorf("the refusal of an unknown kind does not name it: %v", err)
 		}
-	}
-	if evs, err := j.Events(ctx, journal.EventQuery{VM: "vm-a"}); err != nil || len(evs) != 0 {
-		t.Errorf("a refused step wrote events %v (%v)", evs, err)
 	}
 	stale := v
 	stale.Version--
@@ -125,13 +132,82 @@ func testOfferHistoryRefusals(t *testing.T, h *harness) {
 	if !errors.Is(err, journal.ErrConflict) {
 		t.Fatalf("stale update: %v, want ErrConflict", err)
 	}
+	thief := v
+	thief.Owner = "someone-else"
+	err = j.Commit(ctx, &journal.Step{Update: &thief, Outcomes: []journal.Outcome{outcome("a", journal.OutcomeReady, time.Second, 0)}})
+	if !errors.Is(err, journal.ErrLeaseLost) {
+		t.Fatalf("update by a non-owner: %v, want ErrLeaseLost", err)
+	}
 	if got := stats(t, oh); len(got) != 0 {
 		t.Errorf("refused steps left history %v", got)
+	}
+	if got := recordOf(t, j, "vm-a"); got.VM.Version != v.Version || got.VM.Phase != v.Phase || len(got.Attempts)+len(got.Events) != 0 {
+		t.Errorf("refused steps wrote the VM %+v, %d attempts, %d events", got.VM, len(got.Attempts), len(got.Events))
+	}
+	if bs, err := j.Blocks(ctx, t0); err != nil || len(bs) != 0 {
+		t.Errorf("refused steps wrote blocks %v (%v)", bs, err)
+	}
+	// The same outcome with an Update that holds counts, with the rest of
+	// its Step.
+	u := v
+	u.Phase = "boot"
+	commit(t, j, &journal.Step{Update: &u, Outcomes: []journal.Outcome{outcome("a", journal.OutcomeCreated, 0, 0)}})
+	if got := stats(t, oh)["a"]; got.Created != 1 || getVM(t, j, "vm-a").Phase != "boot" {
+		t.Errorf("a step whose update holds: history %+v", got)
+	}
+}
+
+// testOfferHistoryPrune: pruning the VMs whose attempts made the history
+// leaves the history as it was.
+func testOfferHistoryPrune(t *testing.T, h *harness) {
+	j := h.journal()
+	oh := historyOf(t, j)
+	p := pruner(t, j)
+	for i, kind := range []journal.OutcomeKind{journal.OutcomeReady, journal.OutcomeStockout, journal.OutcomeAcceptanceFailed} {
+		v := ended(fmt.Sprintf("vm-%d", i), journal.StateDeleted, longAgo)
+		commit(t, j, &journal.Step{Create: &v, Attempts: []journal.Attempt{newAttempt(v.Name, 1)},
+			Events: []journal.Event{newEvent(v.Name, "end")},
+			Outcomes: []journal.Outcome{outcome("a", journal.OutcomeCreated, 0, -50*time.Hour),
+				outcome("a", kind, 2*time.Minute, -49*time.Hour)}})
+	}
+	before := stats(t, oh)
+	res, err := p.Prune(ctx, journal.PruneOptions{Before: pruneBefore, Now: t0})
+	if err != nil || res.VMs != 3 {
+		t.Fatalf("Prune = %+v, %v; want 3 VMs removed", res, err)
+	}
+	after := stats(t, oh)
+	equal(t, "history after Prune", after, before)
+	if a := after["a"]; a.Created != 3 || a.Ready != 1 || a.Stockouts != 1 || a.AcceptanceFailed != 1 || a.Wasted != 4*time.Minute {
+		t.Errorf("history after Prune: %+v", a)
+	}
+}
+
+// testOfferHistoryKillable: Killable passes the history through, so the
+// engine reaches it through the wrapper, and it reads after the kill; a
+// Step refused by the kill counts nothing.
+func testOfferHistoryKillable(t *testing.T, h *harness) {
+	inner := h.journal()
+	historyOf(t, inner)
+	var dead atomic.Bool
+	var j journal.Journal = &Killable{Journal: inner, Dead: dead.Load}
+	oh, ok := j.(journal.OfferHistory)
+	if !ok {
+		t.Fatal("Killable hides journal.OfferHistory")
+	}
+	commit(t, j, &journal.Step{Outcomes: []journal.Outcome{outcome("a", journal.OutcomeCreated, 0, 0)}})
+	dead.Store(true)
+	err := j.Commit(ctx, &journal.Step{Outcomes: []journal.Outcome{outcome("a", journal.OutcomeReady, time.Second, 0)}})
+	if !errors.Is(err, ErrKilled) {
+		t.Fatalf("Commit after the kill: %v, want ErrKilled", err)
+	}
+	if got := stats(t, oh)["a"]; got.Created != 1 || got.Ready != 0 {
+		t.Errorf("history through Killable after the kill: %+v; want 1 created, 0 ready", got)
 	}
 }
 
 // testOfferHistoryConcurrent: outcomes committed at once from many
-// goroutines are all counted, none lost.
+// goroutines, two offers a Step in differing orders, are all counted, none
+// lost, and no Step fails.
 func testOfferHistoryConcurrent(t *testing.T, h *harness) {
 	j := h.journal()
 	oh := historyOf(t, j)
@@ -143,10 +219,16 @@ func testOfferHistoryConcurrent(t *testing.T, h *harness) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				key := fmt.Sprintf("k%d", i%3)
+				// Two offers a Step, in an order that differs between
+				// goroutines: no Step waits on another forever.
+				k1, k2 := fmt.Sprintf("k%d", i%3), fmt.Sprintf("k%d", (i+1)%3)
+				if g%2 == 1 {
+					k1, k2 = k2, k1
+				}
+				when := time.Duration(i) * time.Second
 				err := j.Commit(ctx, &journal.Step{Outcomes: []journal.Outcome{
-					outcome(key, journal.OutcomeCreated, 0, time.Duration(i)*time.Second),
-					outcome(key, journal.OutcomeReady, 42*time.Second, time.Duration(i)*time.Second)}})
+					outcome(k1, journal.OutcomeCreated, 0, when), outcome(k1, journal.OutcomeReady, 42*time.Second, when),
+					outcome(k2, journal.OutcomeCreated, 0, when), outcome(k2, journal.OutcomeReady, 42*time.Second, when)}})
 				if err != nil {
 					errs <- err
 					return
@@ -167,8 +249,8 @@ func testOfferHistoryConcurrent(t *testing.T, h *harness) {
 			t.Errorf("%s: p50 %v, want 42s", s.OfferKey, s.ReadyP50)
 		}
 	}
-	if created != goroutines*each || ready != goroutines*each {
-		t.Errorf("counted %d created, %d ready; want %d each", created, ready, goroutines*each)
+	if created != 2*goroutines*each || ready != 2*goroutines*each {
+		t.Errorf("counted %d created, %d ready; want %d each", created, ready, 2*goroutines*each)
 	}
 }
 

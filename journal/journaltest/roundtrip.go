@@ -24,10 +24,14 @@ func testRoundTrip(t *testing.T, h *harness) {
 		{"as written", func(*journal.VM, *journal.Attempt) {}},
 		{"JSON kept byte for byte", func(v *journal.VM, a *journal.Attempt) {
 			v.Request, v.Offer, a.Offer, a.Prepared = odd, json.RawMessage(`null`), json.RawMessage(` "s" `), json.RawMessage(`[]`)
+			a.Acceptance = odd
 		}},
-		{"nil JSON", func(v *journal.VM, a *journal.Attempt) { v.Request, v.Offer, a.Offer, a.Prepared = nil, nil, nil, nil }},
+		{"nil JSON", func(v *journal.VM, a *journal.Attempt) {
+			v.Request, v.Offer, a.Offer, a.Prepared, a.Acceptance = nil, nil, nil, nil, nil
+		}},
 		{"empty JSON reads back nil", func(v *journal.VM, a *journal.Attempt) {
 			v.Request, v.Offer, a.Offer, a.Prepared = json.RawMessage{}, json.RawMessage{}, json.RawMessage{}, json.RawMessage{}
+			a.Acceptance = json.RawMessage{}
 		}},
 		{"zero times", func(v *journal.VM, a *journal.Attempt) {
 			v.Deadline, v.CreatedAt, v.UpdatedAt, v.ReadyAt, v.EndedAt, v.LeaseExpiry = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
@@ -54,7 +58,7 @@ func testRoundTrip(t *testing.T, h *harness) {
 			a.InstanceIDs = []string{"i-1", "i,2", `i"3`, "ü"}
 			v.LastError = "line 1\nline 2\t'quoted' \"double\" \\ é 😀"
 			v.PricePerHour, v.SSHPort, v.Attempt = 0.1+0.2, 65535, 1<<30
-			a.CleanedUp = true
+			a.CleanedUp, a.Host = true, "host/rack 7, \"ü\"\n"
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,6 +146,7 @@ func testInvalidJSON(t *testing.T, h *harness) {
 		{"VM.Offer", func(v *journal.VM, a *journal.Attempt) { v.Offer = json.RawMessage(`nope`) }},
 		{"Attempt.Offer", func(v *journal.VM, a *journal.Attempt) { a.Offer = json.RawMessage(`{} {}`) }},
 		{"Attempt.Prepared", func(v *journal.VM, a *journal.Attempt) { a.Prepared = json.RawMessage(` `) }},
+		{"Attempt.Acceptance", func(v *journal.VM, a *journal.Attempt) { a.Acceptance = json.RawMessage(`{"ok":tru`) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, a := newVM("vm-"+tc.name), newAttempt("vm-"+tc.name, 1)

@@ -60,6 +60,15 @@
 //     deletes the row. A replica that dies without leaving drops out of the
 //     counts when its row expires; the row stays until that member beats or
 //     leaves again.
+//   - Per-offer history (journal.OfferHistory, schema version 5): the
+//     counters of each offer in gpuprov_offer_stats (one row per offer
+//     key) and its histogram of the time to ready in gpuprov_offer_ready
+//     (one row per offer and bucket used), each added to by an INSERT … ON
+//     CONFLICT DO UPDATE in the transaction of the Step whose Outcomes
+//     report it, so concurrent replicas never lose a count; a Step locks
+//     its offers' rows in key order, so two never deadlock on them.
+//     OfferStats reads both tables in one statement (one snapshot). Prune
+//     leaves both alone.
 //
 // # Databases it refuses
 //

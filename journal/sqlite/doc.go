@@ -47,6 +47,15 @@
 // its row expires; the row itself stays (a few bytes) until the same member
 // beats or leaves again.
 //
+// # Per-offer history
+//
+// The backend implements journal.OfferHistory (schema version 5): the
+// counters of each offer in the offer_stats table (one row per offer key)
+// and its histogram of the time to ready in offer_ready (one row per offer
+// and bucket used), each added to by an upsert in the transaction of the
+// Step whose Outcomes report it. OfferStats reads both in one statement.
+// Prune leaves both alone.
+//
 // # Files
 //
 // A new database file is created with mode 0600 before SQLite opens it;
@@ -63,6 +72,8 @@
 // Times outside the range of unix nanoseconds (before 1678 or after 2262)
 // are refused. JSON fields are stored as TEXT, byte for byte; an empty
 // json.RawMessage (nil or not) is stored as NULL and reads back as nil, and
-// a non-empty one must be valid JSON. Attempt.InstanceIDs is stored as a
-// JSON array; an empty slice reads back as nil.
+// a non-empty one must be valid JSON (Attempt.Acceptance included, the GPU
+// acceptance result, which the journal stores and does not interpret).
+// Attempt.InstanceIDs is stored as a JSON array; an empty slice reads back
+// as nil.
 package sqlite

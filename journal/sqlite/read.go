@@ -85,15 +85,12 @@ func query[T any](ctx context.Context, db *sql.DB, q string, args []any, scan fu
 	return out, rows.Err()
 }
 
-// OfferStats implements journal.OfferHistory.
+// OfferStats implements journal.OfferHistory. It reads the history in
+// one statement, so the counters and the percentiles are of one moment.
 func (d *DB) OfferStats(ctx context.Context) (map[string]journal.OfferStats, error) {
-	stats, err := query(ctx, d.db, sqlStmts.ListOfferStats, nil, func(s rowcodec.Scanner) (offerstat.Row, error) { return offerstat.ScanStats(s) })
+	rows, err := query(ctx, d.db, sqlStmts.ListOfferStats, nil, func(s rowcodec.Scanner) (offerstat.Row, error) { return offerstat.Scan(s) })
 	if err != nil {
 		return nil, d.errorf("offer history: %w", err)
 	}
-	ready, err := query(ctx, d.db, sqlStmts.ListOfferReady, nil, func(s rowcodec.Scanner) (offerstat.Row, error) { return offerstat.ScanReady(s) })
-	if err != nil {
-		return nil, d.errorf("offer history: %w", err)
-	}
-	return offerstat.Merge(stats, ready), nil
+	return offerstat.Merge(rows), nil
 }

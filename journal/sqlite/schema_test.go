@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -182,6 +183,14 @@ func TestMigrateVersion4JournalForOfferHistory(t *testing.T) {
 	as, err := j.Attempts(ctx, "old-1")
 	if err != nil || len(as) != 1 || as[0].Host != "" || as[0].Acceptance != nil || as[0].OfferKey != "sim|r|r-a|t|od" {
 		t.Fatalf("old attempt after migration: %+v, %v", as, err)
+	}
+	a := as[0]
+	a.Host, a.Acceptance = "m-7", json.RawMessage(`{"ok": true, "gpus": []}`)
+	if err := j.Commit(ctx, &journal.Step{Attempts: []journal.Attempt{a}}); err != nil {
+		t.Fatal(err)
+	}
+	if as, err := j.Attempts(ctx, "old-1"); err != nil || len(as) != 1 || as[0].Host != "m-7" || string(as[0].Acceptance) != `{"ok": true, "gpus": []}` {
+		t.Errorf("the old attempt with a host and an acceptance result: %+v, %v", as, err)
 	}
 	now := time.Unix(1e9, 0)
 	err = j.Commit(ctx, &journal.Step{Outcomes: []journal.Outcome{{OfferKey: "sim|r|r-a|t|od", Provider: "sim", Kind: journal.OutcomeCreated, At: now}}})

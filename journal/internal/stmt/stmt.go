@@ -116,8 +116,11 @@ type Statements struct {
 	UpsertOfferStats string
 	// UpsertOfferReady adds one to bucket $2 of offer $1's histogram.
 	UpsertOfferReady string
-	// ListOfferStats and ListOfferReady read the history whole.
-	ListOfferStats, ListOfferReady string
+	// ListOfferStats reads the history whole, in one statement (one
+	// snapshot): each offer's counters joined with each bucket of its
+	// histogram (offerstat.Scan); an offer with no bucket has one row with
+	// a NULL bucket and count.
+	ListOfferStats string
 }
 
 // offerStatsCols are the columns of the per-offer counters, as
@@ -190,8 +193,12 @@ func New(d Dialect) *Statements {
 		" THEN excluded.updated ELSE " + stats + ".updated END"
 	s.UpsertOfferReady = "INSERT INTO " + ready + " (offer_key, bucket, n) VALUES (" + p(1) + ", " + p(2) + ", 1)" +
 		" ON CONFLICT (offer_key, bucket) DO UPDATE SET n = " + ready + ".n + 1"
-	s.ListOfferStats = "SELECT " + strings.Join(offerStatsCols, ", ") + " FROM " + stats
-	s.ListOfferReady = "SELECT offer_key, bucket, n FROM " + ready
+	var cols []string
+	for _, c := range offerStatsCols {
+		cols = append(cols, "s."+c)
+	}
+	s.ListOfferStats = "SELECT " + strings.Join(cols, ", ") + ", r.bucket, r.n FROM " + stats + " s LEFT JOIN " + ready +
+		" r ON r.offer_key = s.offer_key"
 	return s
 }
 
