@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/org/gpuprov"
+	"github.com/org/gpuprov/gpu"
 	"github.com/org/gpuprov/journal"
 	"github.com/org/gpuprov/k3s"
 	"github.com/org/gpuprov/provider"
@@ -83,6 +85,7 @@ func defaultDemoOptions() demoOptions {
 type demoSummary struct {
 	Nodes        []demoNode
 	Stockout     string   // the offer stocked out on purpose: cloud/offer-id
+	Refused      string   // the offer whose machines have bad GPUs on purpose: cloud/offer-id
 	Recovered    []string // VMs whose lost create answer was recovered: replayed with its token, or observed and adopted
 	LostCreates  int      // creates whose answer the sim lost
 	Replays      int      // creates the sim answered as replays of an earlier one (same token)
@@ -98,6 +101,7 @@ type demoNode struct {
 	Name, Provider, Region string
 	Price                  float64
 	Attempts               int
+	Refused                int // attempts whose machine failed GPU acceptance
 	TimeToReady            time.Duration
 	Health                 provider.Verdict
 }
@@ -126,15 +130,19 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 	}
 	so := simserver.DefaultOptions()
 	so.StateFile = filepath.Join(dir, "sim", "state.json")
-	cloud, offer := cheapestOffer(so, gpu)
+	cloud, offer := cheapestOffer(so, gpu, "")
 	if offer == "" {
 		return nil, fmt.Errorf("the simulated catalog has no %s offer", gpu)
 	}
+	badCloud, bad := cheapestOffer(so, gpu, offer)
 	for i := range so.Clouds {
 		t := o.Timing
 		so.Clouds[i].Timing = &t
 		if so.Clouds[i].Name == cloud {
 			so.Clouds[i].Faults.StockoutOffers = []string{offer}
+		}
+		if so.Clouds[i].Name == badCloud && bad != "" {
+			so.Clouds[i].Faults.GPUFaults = []simserver.GPUFault{{Kind: simserver.GPUECC, Offers: []string{bad}}}
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(so.StateFile), 0o700); err != nil {
@@ -149,6 +157,10 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 	sum := &demoSummary{Stockout: cloud + "/" + offer}
 	say("simulated clouds %v serving at %s", srv.Clouds(), srv.URL())
 	say("fault injected: the cheapest %s offer (%s on %s) is out of capacity, so gpuprov must fail over", gpu, offer, cloud)
+	if bad != "" {
+		sum.Refused = badCloud + "/" + bad
+		say("fault injected: the machines of the next offer (%s on %s) have uncorrectable ECC errors, so GPU acceptance must refuse them and move on", bad, badCloud)
+	}
 	say("fault injected: the answer to the first create that lands is lost, so gpuprov must send it again with the same idempotency token and get the instance that landed, not a second one")
 
 	j, err := journal.Open(ctx, "sqlite:"+filepath.Join(dir, "journal.db"))
@@ -204,6 +216,9 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 		if of.Provider == cloud && strings.Contains(string(of.Detail), offer) {
 			note = "   ← stocked out (demo fault)"
 		}
+		if of.Provider == badCloud && bad != "" && strings.Contains(string(of.Detail), bad) {
+			note = "   ← machines with ECC errors (demo fault)"
+		}
 		fmt.Fprintf(w, "          %d. %-6s %-22s %-12s $%.2f/h%s\n", i+1, of.Provider, of.Location, of.InstanceType, of.PricePerHour, note)
 	}
 
@@ -246,8 +261,9 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 	return sum, nil
 }
 
-// cheapestOffer finds the cheapest on-demand single-GPU offer of gpu.
-func cheapestOffer(so simserver.Options, gpu string) (cloud, offer string) {
+// cheapestOffer finds the cheapest on-demand single-GPU offer of gpu other
+// than but.
+func cheapestOffer(so simserver.Options, gpu, but string) (cloud, offer string) {
 	best := -1.0
 	for _, c := range so.Clouds {
 		offers := c.Offers
@@ -255,7 +271,7 @@ func cheapestOffer(so simserver.Options, gpu string) (cloud, offer string) {
 			offers = simserver.DefaultCatalog(c.Name)
 		}
 		for _, of := range offers {
-			if of.GPU == gpu && of.GPUCount == 1 && !of.Spot && (best < 0 || of.PricePerHour < best) {
+			if of.GPU == gpu && of.GPUCount == 1 && !of.Spot && of.ID != but && (best < 0 || of.PricePerHour < best) {
 				best, cloud, offer = of.PricePerHour, c.Name, of.ID
 			}
 		}
@@ -436,7 +452,22 @@ func inspect(ctx context.Context, p *gpuprov.Provisioner, cl *gpuprov.Cluster, s
 		}
 		n := demoNode{Name: v.Name, Provider: v.Provider, Region: v.Location.Region, Price: v.PricePerHour,
 			Attempts: len(atts), TimeToReady: v.ReadyAt.Sub(v.CreatedAt)}
-		d, err := p.Health(ctx, v.Name)
+		for _, a := range atts {
+			var r gpu.Report
+			if a.State != journal.AttemptSucceeded || json.Unmarshal(a.Acceptance, &r) != nil {
+				continue
+			}
+			say("%s's GPUs, as acceptance read them (%s):", v.Name, r.Summary)
+			for _, g := range r.GPUs {
+				say("    GPU %d  %s  %s  %s  serial %s", g.Index, g.BusID, g.Name, g.UUID, g.Serial)
+			}
+		}
+		for _, a := range atts {
+			if a.ErrorKind == gpuprov.KindAccept {
+				n.Refused++
+			}
+		}
+		d, err := p.Health(ctx, v.Name, gpuprov.HealthGPU())
 		if err != nil {
 			say("health %s: %v", v.Name, err)
 		} else {
@@ -485,7 +516,11 @@ func printSummary(w io.Writer, s *demoSummary) {
 	tw.Flush()
 	for _, n := range s.Nodes {
 		if n.Attempts > 1 {
-			fmt.Fprintf(w, "  failover: %s needed %d attempts (%s was stocked out)\n", n.Name, n.Attempts, s.Stockout)
+			why := s.Stockout + " was stocked out"
+			if n.Refused > 0 {
+				why += fmt.Sprintf("; %d machine(s) of %s refused by GPU acceptance, torn down and blocked", n.Refused, s.Refused)
+			}
+			fmt.Fprintf(w, "  failover: %s needed %d attempts (%s)\n", n.Name, n.Attempts, why)
 		}
 	}
 	for _, v := range s.Recovered {

@@ -295,6 +295,10 @@ func describe(e gpuprov.Event) string {
 		return "a duplicate instance was found and is being deleted: " + msg
 	case gpuprov.EvHostKeyPinned:
 		return "SSH host key pinned"
+	case gpuprov.EvAccepted:
+		return "GPUs accepted: " + msg
+	case gpuprov.EvRejected:
+		return "GPUs REFUSED, the machine goes: " + msg
 	case gpuprov.EvFailure:
 		return fmt.Sprintf("attempt %d on %s failed (%s): %s", e.Attempt, where, e.ErrorKind, msg)
 	case gpuprov.EvBlocked:

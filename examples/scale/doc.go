@@ -6,6 +6,7 @@
 //	go run ./examples/scale s2 [-vms 50]  [-runs 3]   # failover latency, capacity answer → next create
 //	go run ./examples/scale s3 [-vms 1000] [-runs 3]  # SIGKILL mid-boot, recovery by a new process
 //	go run ./examples/scale s5 [-vms 1000] [-replicas 3] [-rate 50] [-share=false]  # replicas sharing one account's rate
+//	go run ./examples/scale s6 [-launches 50] [-arms price,expected-cost] [-offer-blocks 1ms,30m]  # rank by expected cost against price
 //	go test ./examples/scale -run Chaos -chaos.trials=500 -timeout 2h   # gpuprov up killed at random
 //	go test ./examples/scale -run FleetReplicas -replicas.trials=100 -timeout 1h   # fleet replicas killed, paused, cut off
 //
@@ -45,6 +46,18 @@
 // have at the account's rate for the requests answered, and, from an
 // http.RoundTripper under the adapters, the requests and 429s of every
 // second and replica.
+//
+// S6 runs two sim accounts with SSH and GPU acceptance on, one offer each:
+// the cheapest ($2.00, boot 2s) whose machines fail acceptance with
+// probability -fail-rate (uncorrectable ECC errors), and one dearer ($2.10,
+// boot 0.6s) that always passes. -launches launches run one after another
+// on one journal, each deleted once ready, for each ranking (-arms) and
+// each block length of a refused offer (-offer-blocks: 1ms keeps no memory
+// beyond the launch, 30m is gpuprov's default). It reports the time to a
+// usable machine (Launch called → ready: mean, p50, p90), the attempts, the
+// machines refused and the time billed on them. The sim runs about 100 times
+// faster than a cloud, so -horizon (Request.RankHorizon) is 36s for an
+// hour's run.
 //
 // The chaos test (chaos_test.go) starts `gpuprov sim serve` with faults on
 // and drives the gpuprov CLI as separate processes: `up` (one VM or a

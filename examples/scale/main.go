@@ -30,6 +30,8 @@ func main() {
 		err = cmdS3(ctx, os.Args[2:])
 	case "s5":
 		err = cmdS5(ctx, os.Args[2:])
+	case "s6":
+		err = cmdS6(ctx, os.Args[2:])
 	default:
 		usage()
 		os.Exit(2)
@@ -41,7 +43,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: scale s1|s2|s3|s5 [flags]   (see go doc ./examples/scale)")
+	fmt.Fprintln(os.Stderr, "usage: scale s1|s2|s3|s5|s6 [flags]   (see go doc ./examples/scale)")
 }
 
 func cmdS1(ctx context.Context, args []string) error {

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -39,7 +40,7 @@ func hgxOffers() []simserver.Offer {
 	return []simserver.Offer{mk("hgx-a", "m-1001", 18.00), mk("hgx-b", "m-1002", 19.00), mk("hgx-c", "m-1003", 20.00)}
 }
 
-func newAcceptEnv(t *testing.T, offers []simserver.Offer, faults []simserver.GPUFault, opts ...gpuprov.Option) *acceptEnv {
+func newAcceptEnv(t testing.TB, offers []simserver.Offer, faults []simserver.GPUFault, opts ...gpuprov.Option) *acceptEnv {
 	t.Helper()
 	srv := simserver.NewServer(t, simserver.WithOptions(simserver.Options{StateDir: t.TempDir(),
 		Clouds: []simserver.CloudConfig{{Name: cloudName, Offers: offers, Faults: simserver.Faults{GPUFaults: faults}}}}),
@@ -228,4 +229,57 @@ func TestHealthGPUSeesAnXidAfterReady(t *testing.T) {
 	if d, _ = e.p.Health(ctx, "job", gpuprov.HealthGPU()); d.Verdict() != provider.Healthy {
 		t.Errorf("the same Xid reported twice: %+v", d)
 	}
+}
+
+// BenchmarkAcceptPhase measures what the acceptance phase adds to a launch
+// on the sim: the phase's time (phase accept → accepted, from the journal's
+// events) per launch of an 8-GPU machine, against one SSH round trip on an
+// open connection (`true`, timed on a ready machine) and the probe's own
+// run there. The phase is one SSH command on the connection connect
+// opened: it costs one round trip plus the probe's run time.
+//
+//	go test ./provider/sim -run '^$' -bench AcceptPhase -benchtime 20x
+func BenchmarkAcceptPhase(b *testing.B) {
+	ctx := context.Background()
+	e := newAcceptEnv(b, hgxOffers(), nil)
+	var phase, rtt, probe time.Duration
+	for i := range b.N {
+		name := fmt.Sprintf("bench-%d", i)
+		if _, err := e.p.Launch(ctx, hgxRequest(name)); err != nil {
+			b.Fatal(err)
+		}
+		evs, err := e.j.Events(ctx, journal.EventQuery{VM: name})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var start time.Time
+		for _, ev := range evs {
+			switch {
+			case ev.Type == gpuprov.EvPhase && ev.Message == gpuprov.PhaseAccept:
+				start = ev.Time
+			case ev.Type == gpuprov.EvAccepted:
+				phase += ev.Time.Sub(start)
+			}
+		}
+		c, err := e.p.SSH(ctx, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		if _, err := c.Run(ctx, "true"); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := c.Run(ctx, gpu.Script(gpu.ProbeOptions{})); err != nil {
+			b.Fatal(err)
+		}
+		rtt, probe = rtt+t1.Sub(t0), probe+time.Since(t1)
+		c.Close()
+		if err := e.p.Delete(ctx, name); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(phase.Microseconds())/1000/float64(b.N), "accept-ms/launch")
+	b.ReportMetric(float64(rtt.Microseconds())/1000/float64(b.N), "ssh-rtt-ms")
+	b.ReportMetric(float64(probe.Microseconds())/1000/float64(b.N), "probe-run-ms")
 }
