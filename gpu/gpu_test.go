@@ -368,6 +368,8 @@ func TestDriverErrors(t *testing.T) {
 	for _, lost := range []string{
 		"Unable to determine the device handle for GPU0000:BB:00.0: Unknown Error",
 		"Unable to determine the device handle for GPU0000:BB:00.0: GPU is lost.  Reboot the system to recover this GPU",
+		// the form that names the GPU's index first, as some drivers print it
+		"Unable to determine the device handle for GPU7: 0000:BB:00.0: Unknown Error",
 	} {
 		t.Run(lost, func(t *testing.T) {
 			query, bus := hgx(t, nil)

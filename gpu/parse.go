@@ -228,7 +228,7 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-var lostRE = regexp.MustCompile(`(?i)GPU\s*([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f])`)
+var lostRE = regexp.MustCompile(`(?i)GPU(?:[0-9]+:)?\s*([0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f])`)
 
 func (p *Probe) parseQuery(out string, fields []string) {
 	var errs []string

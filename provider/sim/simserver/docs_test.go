@@ -1,8 +1,11 @@
 package simserver
 
 import (
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -43,5 +46,51 @@ func TestDocsListEveryFaultKey(t *testing.T) {
 				t.Errorf("docs/clouds/sim.md lists fault key %q, which Faults does not have", k)
 			}
 		}
+	}
+}
+
+// TestDocsGPUFaultExamplesLoad: the Emulated GPUs section's TOML example
+// loads as an options file and its JSON examples decode, each with one
+// fault of every kind, all valid.
+func TestDocsGPUFaultExamplesLoad(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/clouds/sim.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	section := doc[strings.Index(doc, "## Emulated GPUs"):]
+	section = section[:strings.Index(section, "\n## ")]
+	start := strings.Index(section, "```toml\n")
+	end := strings.Index(section[start:], "\n```")
+	if start < 0 || end < 0 {
+		t.Fatal("no TOML example")
+	}
+	path := filepath.Join(t.TempDir(), "sim.toml")
+	if err := os.WriteFile(path, []byte(section[start+8:start+end]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := LoadOptions(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromTOML, fromJSON []string
+	for _, f := range o.Clouds[0].Faults.GPUFaults {
+		if err := f.validate(); err != nil {
+			t.Error(err)
+		}
+		fromTOML = append(fromTOML, f.Kind)
+	}
+	for _, m := range regexp.MustCompile("(?m)^\\| `[a-z_]+` \\| `(\\{.*\\})` \\|$").FindAllStringSubmatch(section, -1) {
+		var f GPUFault
+		if err := json.Unmarshal([]byte(m[1]), &f); err != nil {
+			t.Fatalf("%s: %v", m[1], err)
+		}
+		if err := f.validate(); err != nil {
+			t.Error(err)
+		}
+		fromJSON = append(fromJSON, f.Kind)
+	}
+	if !reflect.DeepEqual(fromTOML, GPUFaultKinds) || !reflect.DeepEqual(fromJSON, GPUFaultKinds) {
+		t.Errorf("examples: TOML %v, JSON %v; want one of each of %v", fromTOML, fromJSON, GPUFaultKinds)
 	}
 }

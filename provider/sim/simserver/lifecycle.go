@@ -20,6 +20,9 @@ type instance struct {
 	AuthorizedKeys []string `json:"authorized_keys,omitempty"`
 	Token          string   `json:"idempotency_token,omitempty"`
 	SSHUser        string   `json:"ssh_user"`
+	// GPUFaultsAt is when each of Instance.GPUFaults was applied (zero:
+	// drawn at create, shown during boot), for its kernel log's times.
+	GPUFaultsAt []time.Time `json:"gpu_faults_at,omitempty"`
 	// BootFails is drawn at create: the instance ends "failed".
 	BootFails bool `json:"boot_fails,omitempty"`
 	// The schedule, in the server's clock. Zero times are not scheduled.

@@ -441,9 +441,22 @@ func (s *Server) InjectGPUFault(cloudName, id string, f GPUFault) error {
 	if in.Status != StatusRunning {
 		return fmt.Errorf("%w: %s is %s", ErrNotRunning, id, in.Status)
 	}
+	if in.GPUCount <= 0 {
+		return fmt.Errorf("simserver: %s has no GPUs to break", id)
+	}
+	now := s.clock.Now()
+	for len(in.GPUFaultsAt) < len(in.GPUFaults) {
+		in.GPUFaultsAt = append(in.GPUFaultsAt, time.Time{})
+	}
 	in.GPUFaults = append(in.GPUFaults, f)
-	if err := writeGPUs(s.sandboxDir(c.cfg.Name, in.ID), in); err != nil {
-		return err
+	in.GPUFaultsAt = append(in.GPUFaultsAt, now)
+	if s.opts.DisableSSH {
+		// No sandbox: the fault shows in the instance's record only.
+		s.save()
+		return nil
+	}
+	if err := writeGPUs(s.sandboxDir(c.cfg.Name, in.ID), in, now); err != nil {
+		return fmt.Errorf("simserver: emulated GPUs of %s: %w", id, err)
 	}
 	s.save()
 	return nil

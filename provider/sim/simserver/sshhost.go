@@ -137,7 +137,7 @@ func (s *Server) newSSH(c *cloud, in *instance) (*sshd.Server, error) {
 		return nil, err
 	}
 	if fresh {
-		if err := writeGPUs(dir, in); err != nil {
+		if err := writeGPUs(dir, in, s.clock.Now()); err != nil {
 			return nil, fmt.Errorf("emulated GPUs: %w", err)
 		}
 	}
