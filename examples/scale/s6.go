@@ -152,7 +152,7 @@ func (r *s6Result) print() {
 	n := len(sorted)
 	fmt.Printf("S6 rank=%s offer-block=%v launches=%d: time to a usable machine mean %.2fs p50 %.2fs p90 %.2fs; "+
 		"%d attempts, %d machines refused (%.1fs billed on them), %d of %d ready on the cheap offer\n",
-		rank, r.cfg.OfferBlock, n, (sum / time.Duration(n)).Seconds(), percentile(sorted, 0.5).Seconds(), percentile(sorted, 0.9).Seconds(),
+		rank, r.cfg.OfferBlock, n, (sum / time.Duration(n)).Seconds(), percentile(sorted, 50).Seconds(), percentile(sorted, 90).Seconds(),
 		r.attempts, r.refused, r.wasted.Seconds(), r.onCheap, n)
 }
 
