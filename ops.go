@@ -1,10 +1,12 @@
 package gpuprov
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -421,7 +423,53 @@ func (p *Provisioner) Health(ctx context.Context, name string, opts ...HealthOpt
 	if err == nil && hc.gpu && dg.Exists && dg.Status == provider.StatusRunning {
 		dg.Findings = append(dg.Findings, p.gpuHealth(ctx, row)...)
 	}
+	if err == nil && row.State == StateReady {
+		if i := slices.IndexFunc(dg.Findings, func(f provider.Finding) bool { return f.Code == "preempted" }); i >= 0 {
+			if rerr := p.recordPreemption(ctx, row, dg.Findings[i]); rerr != nil {
+				p.log.Warn("gpuprov: recording a preemption", "vm", name, "err", rerr)
+			}
+		}
+	}
 	return dg, err
+}
+
+// recordPreemption journals, once per attempt, that a ready VM's instance
+// was reclaimed, and counts it in its offer's history (a read that found a
+// fact: no lease is needed, and nothing of the VM changes).
+func (p *Provisioner) recordPreemption(ctx context.Context, row journal.VM, f provider.Finding) error {
+	evs, err := p.j.Events(ctx, journal.EventQuery{VM: row.Name})
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(evs, func(e journal.Event) bool { return e.Type == EvPreempted && e.Attempt == row.Attempt }) {
+		return nil
+	}
+	as, err := p.j.Attempts(ctx, row.Name)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(as, func(a journal.Attempt) bool { return a.N == row.Attempt })
+	if i < 0 {
+		return nil
+	}
+	a := &as[i]
+	now := p.clock.Now()
+	at := cmp.Or(f.At, now)
+	var o provider.Offer
+	_ = jsonUnmarshal(a.Offer, &o) // the engine wrote it; a zero offer only loses the type and spot in the history
+	st := &journal.Step{
+		Events: []journal.Event{{Time: now, VM: row.Name, Attempt: a.N, Type: EvPreempted, Provider: a.Provider, Region: a.Region,
+			Zone: a.Zone, InstanceID: row.InstanceID, Message: f.Message, Owner: p.owner}},
+	}
+	if !a.CreateSent.IsZero() {
+		st.Outcomes = []journal.Outcome{{OfferKey: a.OfferKey, Provider: a.Provider, Region: a.Region, Zone: a.Zone,
+			InstanceType: o.InstanceType, Spot: o.Spot, Kind: journal.OutcomePreempted, Elapsed: max(at.Sub(a.CreateSent), 0), At: now}}
+	}
+	if err := p.j.Commit(ctx, st); err != nil {
+		return err
+	}
+	p.emit(st.Events)
+	return nil
 }
 
 // DefaultWaitPoll is how often Wait reads the journal.

@@ -40,6 +40,7 @@ const (
 	EvHostKeyPinned = "host-key-pinned" // first contact pinned the host key
 	EvAccepted      = "accepted"        // the machine passed GPU acceptance (one-line summary)
 	EvRejected      = "rejected"        // the machine failed GPU acceptance (what was wrong, one line)
+	EvPreempted     = "preempted"       // a ready VM's instance was reclaimed (seen by Health); its offer's history counts it
 	EvFailure       = "failure"         // an attempt failed with an error kind
 	EvBlocked       = "blocked"         // an offer, zone, region or provider was blocked
 	EvTeardown      = "teardown"        // an attempt's teardown starts

@@ -257,6 +257,32 @@ func TestEnginePreemptionShowsInHealth(t *testing.T) {
 	if !slices.ContainsFunc(d.Findings, func(f provider.Finding) bool { return f.Code == "preempted" }) {
 		t.Fatalf("no preempted finding: %+v", d.Findings)
 	}
+	// The preemption is journaled once, and counted once in its offer's
+	// history, however often Health sees it.
+	if _, err := e.p.Health(context.Background(), "vm"); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	evs, _ := e.j.Events(context.Background(), journal.EventQuery{VM: "vm"})
+	for _, ev := range evs {
+		if ev.Type == gpuprov.EvPreempted {
+			n++
+		}
+	}
+	stats, err := e.j.(journal.OfferHistory).OfferStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var preempted int64
+	for _, s := range stats {
+		preempted += s.Preempted
+		if s.Preempted > 0 && s.Wasted <= 0 {
+			t.Errorf("a preemption without its billed time: %+v", s)
+		}
+	}
+	if n != 1 || preempted != 1 {
+		t.Errorf("%d preempted events, %d preemptions in the history; want 1 and 1", n, preempted)
+	}
 }
 
 // The engine paces its calls to the account's limit: launched through a
