@@ -58,8 +58,8 @@ func (c *probeConn) Run(ctx context.Context, cmd string) ([]byte, []byte, error)
 	return []byte("epoch 1 loss nan\n"), nil, c.n.cmdErr
 }
 func (c *probeConn) WriteFile(context.Context, string, []byte, fs.FileMode) error { return nil }
-func (c *probeConn) HostKey() string                                             { return "ssh-ed25519 AAAAfake" }
-func (c *probeConn) Close() error                                                { return nil }
+func (c *probeConn) HostKey() string                                              { return "ssh-ed25519 AAAAfake" }
+func (c *probeConn) Close() error                                                 { return nil }
 
 func events(t *testing.T, j journal.Journal, vm, typ string) []string {
 	t.Helper()
