@@ -406,20 +406,30 @@ func (s *Server) SideResources(cloudName string) (Resources, error) {
 func (s *Server) Preempt(cloudName, id string) error {
 	s.mu.Lock()
 	defer s.unlock()
-	c, err := s.cloud(cloudName)
+	c, in, err := s.running(cloudName, id)
 	if err != nil {
 		return err
-	}
-	in := s.lookup(c, id)
-	if in == nil {
-		return fmt.Errorf("%w: %s in %s", ErrNotFound, id, cloudName)
-	}
-	if in.Status != StatusRunning {
-		return fmt.Errorf("%w: %s is %s", ErrNotRunning, id, in.Status)
 	}
 	s.preempt(c, in, s.clock.Now(), "instance preempted: spot capacity was reclaimed by the provider")
 	s.save()
 	return nil
+}
+
+// running returns cloud cloudName and its running instance id, or an
+// error wrapping ErrNotFound or ErrNotRunning. The caller holds s.mu.
+func (s *Server) running(cloudName, id string) (*cloud, *instance, error) {
+	c, err := s.cloud(cloudName)
+	if err != nil {
+		return nil, nil, err
+	}
+	in := s.lookup(c, id)
+	if in == nil {
+		return nil, nil, fmt.Errorf("%w: %s in %s", ErrNotFound, id, cloudName)
+	}
+	if in.Status != StatusRunning {
+		return nil, nil, fmt.Errorf("%w: %s is %s", ErrNotRunning, id, in.Status)
+	}
+	return c, in, nil
 }
 
 // InjectGPUFault breaks a GPU of a running instance from now on, as its
@@ -430,16 +440,9 @@ func (s *Server) InjectGPUFault(cloudName, id string, f GPUFault) error {
 	}
 	s.mu.Lock()
 	defer s.unlock()
-	c, err := s.cloud(cloudName)
+	c, in, err := s.running(cloudName, id)
 	if err != nil {
 		return err
-	}
-	in := s.lookup(c, id)
-	if in == nil {
-		return fmt.Errorf("%w: %s in %s", ErrNotFound, id, cloudName)
-	}
-	if in.Status != StatusRunning {
-		return fmt.Errorf("%w: %s is %s", ErrNotRunning, id, in.Status)
 	}
 	if in.GPUCount <= 0 {
 		return fmt.Errorf("simserver: %s has no GPUs to break", id)
