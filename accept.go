@@ -45,6 +45,9 @@ func (d *driver) accept(ctx context.Context, a *journal.Attempt) error {
 	opts := d.p.accept.opts
 	opts.Ignore = append(slices.Clip(opts.Ignore), spec.Ignore...)
 	out, stderr, err := d.conn.Run(ctx, gpu.Script(gpu.ProbeOptions{}))
+	if cerr := context.Cause(ctx); cerr != nil {
+		return cerr // cut off: what came back judges nothing
+	}
 	if err != nil && len(out) == 0 {
 		return fmt.Errorf("gpu probe did not run: %w%s", err, lastLine(stderr))
 	}
