@@ -169,7 +169,12 @@ func (d *DB) commitBatch(batch []*commitReq) {
 	// statement can roll back the whole transaction, every Step of the group
 	// with it. Each Step's own context is checked before it starts.
 	ctx := context.Background()
-	tx, err := d.db.BeginTx(ctx, nil)
+	conn, err := d.db.Conn(ctx)
+	var tx *sql.Tx
+	if err == nil {
+		defer conn.Close()
+		tx, err = conn.BeginTx(ctx, nil)
+	}
 	if err != nil {
 		for _, r := range batch {
 			if take(r) {
@@ -211,10 +216,23 @@ func (d *DB) commitBatch(batch []*commitReq) {
 		return
 	}
 	if err := tx.Commit(); err != nil {
+		rollbackOpen(ctx, conn)
 		for _, r := range applied {
 			r.err = fmt.Errorf("transaction: %w", err)
 		}
 	}
+}
+
+// rollbackOpen rolls back what a failed COMMIT may have left open on conn.
+// SQLite keeps the transaction open after some failures of COMMIT (a full
+// disk, an I/O error, a busy lock: "applications should respond to these
+// errors by explicitly issuing a ROLLBACK", sqlite.org/lang_transaction.html),
+// and database/sql would hand the connection, still inside it, to the next
+// caller: its reads would see that transaction's snapshot from then on, and
+// its writes would fail. Where SQLite rolled back already, the ROLLBACK
+// fails harmlessly.
+func rollbackOpen(ctx context.Context, conn *sql.Conn) {
+	_, _ = conn.ExecContext(ctx, "ROLLBACK")
 }
 
 // abortBatch rolls tx back and fails every Step of the group with err: the
@@ -240,7 +258,12 @@ func (d *DB) writeTx(ctx context.Context, f func(*sql.Tx) error) error {
 		return err
 	}
 	defer d.unlockWrite()
-	tx, err := d.db.BeginTx(ctx, nil)
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -248,5 +271,9 @@ func (d *DB) writeTx(ctx context.Context, f func(*sql.Tx) error) error {
 		_ = tx.Rollback() // f's error says what went wrong; the rollback cannot lose data
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		rollbackOpen(context.WithoutCancel(ctx), conn)
+		return err
+	}
+	return nil
 }
