@@ -194,6 +194,11 @@ func runCrash(t *testing.T, sc crashScenario, k int) (writes int, crashed bool) 
 // in one write, and a crash must still leave nothing behind.
 var crashPaced bool
 
+// crashLate makes runCrashWith recover only after the launch's deadline has
+// passed: every VM must then end failed (or ready, when it had already been
+// journaled ready), with everything its attempts started torn down.
+var crashLate bool
+
 // runCrashWith is runCrash, with shared side resources (pt.SharedFake)
 // when shared is set: then no shared resource may have been removed while
 // an instance of its region was live, a ready VM's region still has its
@@ -244,6 +249,10 @@ func runCrashWith(t *testing.T, sc crashScenario, k int, shared bool) (writes in
 	if !errors.Is(err, errCrash) {
 		t.Fatalf("k=%d: crashed launch returned %v", k, err)
 	}
+	readyBefore := false
+	if row, err := e.j.GetVM(context.Background(), sc.req().Name); err == nil {
+		readyBefore = row.State == journal.StateReady
+	}
 	if after := mutating(); after != atCrash {
 		t.Fatalf("k=%d: %d cloud mutations after the journal died", k, after-atCrash)
 	}
@@ -251,6 +260,9 @@ func runCrashWith(t *testing.T, sc crashScenario, k int, shared bool) (writes in
 	// A new process: its own journal handle on the same file, after the
 	// dead process's lease has expired.
 	clk.Advance(2 * time.Minute)
+	if crashLate {
+		clk.Advance(sc.req().Timeout)
+	}
 	db2, err := sqlite.Open(context.Background(), e.path)
 	if err != nil {
 		t.Fatal(err)
@@ -306,10 +318,13 @@ func runCrashWith(t *testing.T, sc crashScenario, k int, shared bool) (writes in
 	// Killed before the failure was journaled, the next process may adopt
 	// the instance and finish; once it was journaled, the launch ends as it
 	// was ending. Either way no other offer is tried.
-	if sc.wantReady && row.State != journal.StateReady {
+	if crashLate && row.State == journal.StateReady && !readyBefore {
+		t.Fatalf("k=%d: made ready by a Recover after the launch's deadline", k)
+	}
+	if sc.wantReady && !crashLate && row.State != journal.StateReady {
 		t.Fatalf("k=%d: ended %s (%s); want ready", k, row.State, row.LastError)
 	}
-	if n := sc.wantFailedAfter; n > 0 && row.Attempt != n {
+	if n := sc.wantFailedAfter; n > 0 && row.Attempt != n && !(crashLate && row.Attempt < n) {
 		t.Fatalf("k=%d: an aborting launch ended %s after %d attempts, want %d", k, row.State, row.Attempt, n)
 	}
 	return writes, true
@@ -337,6 +352,14 @@ func TestCrashAtEveryJournalWriteWithSharedResources(t *testing.T) {
 func TestCrashAtEveryJournalWriteWithQuietPrepares(t *testing.T) {
 	crashPaced = true
 	defer func() { crashPaced = false }()
+	TestCrashAtEveryJournalWrite(t)
+}
+
+// TestCrashAtEveryJournalWriteRecoveredLate is the same with the recovery
+// after the launch's deadline: nothing is made ready late, nothing leaks.
+func TestCrashAtEveryJournalWriteRecoveredLate(t *testing.T) {
+	crashLate = true
+	defer func() { crashLate = false }()
 	TestCrashAtEveryJournalWrite(t)
 }
 

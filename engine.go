@@ -273,8 +273,16 @@ func (d *driver) run(ctx context.Context) (*VM, error) {
 // before journaling anything else. Its CreateSent becomes now, so that the
 // listing lag a look or a teardown waits out counts from the latest
 // possible send, not from the intent.
+//
+// The read outlives ctx's end, as a commit does: a VM taken over after its
+// launch's deadline passed must still learn what its attempts started, so
+// that the launch ends the way it would have ended in time — failed, with
+// everything torn down — rather than stay provisioning with its instances
+// billing, taken over and given up by every Recover.
 func (d *driver) takeOverAttempts(ctx context.Context) ([]journal.Attempt, error) {
-	attempts, err := d.p.j.Attempts(ctx, d.row.Name)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	attempts, err := d.p.j.Attempts(rctx, d.row.Name)
 	if err != nil {
 		return nil, fmt.Errorf("gpuprov: VM %s: reading attempts: %w", d.row.Name, err)
 	}
@@ -340,6 +348,13 @@ func (d *driver) provision(ctx context.Context) error {
 		switch {
 		case cur == nil:
 			return fmt.Errorf("gpuprov: VM %s: journal names attempt %d but has no such attempt", d.row.Name, d.row.Attempt)
+		case cur.State == journal.AttemptActive && context.Cause(ctx) != nil:
+			// Taken over after the launch's time ran out (or its caller
+			// gave up): the attempt is not resumed, whatever state its
+			// machine reached, but ends as a failure would have in time.
+			if err := d.afterFailure(ctx, cur, context.Cause(ctx)); err != nil {
+				return err
+			}
 		case cur.State == journal.AttemptActive:
 			if end, err := d.attempt(ctx, cur, true); end {
 				return err

@@ -183,3 +183,41 @@ func (e *env) liveOf(vm string) []pt.Instance {
 	}
 	return out
 }
+
+// TestRecoverAfterTheLaunchDeadlinePassed: the process launching a VM died
+// after its create went out, and no process drove the VM until after the
+// launch's deadline. Recover must end the launch as it would have ended in
+// time (failed, everything it started torn down), not leave the VM
+// provisioning with its instance billing: a takeover whose deadline has
+// already passed still reads the VM's attempts and tears them down.
+func TestRecoverAfterTheLaunchDeadlinePassed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	f := e.fakes[0]
+	cj := &crashAfterCreate{crashJournal: &crashJournal{Journal: e.j, left: -1}, f: f}
+	dying := e.provisioner(cj)
+	req := h100("late")
+	req.Timeout = 20 * time.Minute
+	if _, err := dying.Launch(ctx, req); !errors.Is(err, errCrash) {
+		t.Fatalf("launch: %v, want the crash", err)
+	}
+	dying.Close()
+	if live := e.liveOf("late"); len(live) != 1 {
+		t.Fatalf("live before recover: %v, want the one instance the dead launch made", live)
+	}
+
+	e.clk.Advance(time.Hour) // past the launch's deadline and the dead lease
+	rep, err := e.p.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.VMs) != 1 || rep.VMs[0].Outcome != gpuprov.OutcomeFailed || !errors.Is(rep.VMs[0].Err, context.DeadlineExceeded) {
+		t.Fatalf("report %+v, want late failed by its deadline", rep.VMs)
+	}
+	if row := e.assertClean("late"); row.State != journal.StateFailed {
+		t.Fatalf("late ended %s (%s), want failed", row.State, row.LastError)
+	}
+	if live := e.liveOf("late"); len(live) != 0 {
+		t.Fatalf("leaked %v", live)
+	}
+}
