@@ -204,7 +204,7 @@ func (d *driver) commit(ctx context.Context, st *journal.Step) error {
 		}
 		e.Owner = d.p.owner
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	wctx, cancel := journalCall(ctx)
 	defer cancel()
 	if err := d.p.j.Commit(wctx, st); err != nil {
 		return &journalError{err}
@@ -221,6 +221,17 @@ func (d *driver) commit(ctx context.Context, st *journal.Step) error {
 	d.p.emit(st.Events)
 	return nil
 }
+
+// journalCall returns the context of a driver's journal write (or a
+// takeover's read): it outlives ctx's end, since what a cancelled or late
+// launch did must still be recorded and undone, and is bounded by
+// driverJournalWait, so a journal that does not answer ends the call.
+func journalCall(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), driverJournalWait)
+}
+
+// driverJournalWait bounds one journal call of a driver.
+const driverJournalWait = 30 * time.Second
 
 func (p *Provisioner) emit(evs []journal.Event) {
 	for _, e := range evs {
@@ -280,7 +291,7 @@ func (d *driver) run(ctx context.Context) (*VM, error) {
 // everything torn down — rather than stay provisioning with its instances
 // billing, taken over and given up by every Recover.
 func (d *driver) takeOverAttempts(ctx context.Context) ([]journal.Attempt, error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	rctx, cancel := journalCall(ctx)
 	defer cancel()
 	attempts, err := d.p.j.Attempts(rctx, d.row.Name)
 	if err != nil {
