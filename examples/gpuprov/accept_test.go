@@ -8,21 +8,7 @@ import (
 
 // acceptSim: sim-a's cheapest single-H100 offer's machines have
 // uncorrectable ECC errors.
-const acceptSim = `
-[[clouds]]
-name = "sim-b"
-[clouds.timing]
-api_latency = "1ms"
-boot_time = "300ms"
-delete_time = "100ms"
-
-[[clouds]]
-name = "sim-a"
-[clouds.timing]
-api_latency = "1ms"
-boot_time = "300ms"
-delete_time = "100ms"
-[[clouds.faults.gpu_faults]]
+var acceptSim = simCloud("sim-b", "300ms") + simCloud("sim-a", "300ms") + `[[clouds.faults.gpu_faults]]
 kind = "ecc"
 offers = ["a-h100x1-use1a"]
 `

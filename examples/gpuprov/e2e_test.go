@@ -13,21 +13,20 @@ import (
 )
 
 // simTimings: sim-a boots fast, sim-b slowly enough to kill a launch mid-boot.
-const simTimings = `
-[[clouds]]
-name = "sim-a"
-[clouds.timing]
-api_latency = "1ms"
-boot_time = "300ms"
-delete_time = "100ms"
+var simTimings = simCloud("sim-a", "300ms") + simCloud("sim-b", "5s")
 
+// simCloud is the sim configuration of one cloud, name, whose machines boot
+// in boot, with the fast API and deletes the CLI tests share.
+func simCloud(name, boot string) string {
+	return `
 [[clouds]]
-name = "sim-b"
+name = "` + name + `"
 [clouds.timing]
 api_latency = "1ms"
-boot_time = "5s"
+boot_time = "` + boot + `"
 delete_time = "100ms"
 `
+}
 
 type listedVM struct {
 	Name     string   `json:"name"`
