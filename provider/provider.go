@@ -194,6 +194,13 @@ type ResourceRequest struct {
 	MinVCPUs    int     `json:"min_vcpus,omitempty"`
 	MinMemoryGB float64 `json:"min_memory_gb,omitempty"`
 	DiskGB      int     `json:"disk_gb,omitempty"`
+	// Reserved says whether reserved capacity is planned (see
+	// ReservedPolicy); Reservation names one reservation to launch into:
+	// the adapter plans it whatever its targeting, and returns an
+	// InvalidRequest error naming it when it belongs to another shape or
+	// zone or has ended (one it does not know: no offer, no error).
+	Reserved    ReservedPolicy `json:"reserved,omitempty"`
+	Reservation string         `json:"reservation,omitempty"`
 }
 
 // Accepts reports whether o satisfies r in the fields every cloud shares
@@ -209,7 +216,10 @@ func (r *ResourceRequest) Accepts(o *Offer) bool {
 	if r.MinGPUMemoryGB > 0 && o.GPUMemoryGB < r.MinGPUMemoryGB {
 		return false
 	}
-	if r.MaxPricePerHour > 0 && o.PricePerHour > r.MaxPricePerHour {
+	if r.MaxPricePerHour > 0 && o.MarginalPrice() > r.MaxPricePerHour {
+		return false
+	}
+	if !r.acceptsReservation(o) {
 		return false
 	}
 	switch r.Spot {
@@ -241,6 +251,20 @@ func (r *ResourceRequest) Accepts(o *Offer) bool {
 		}
 	}
 	return true
+}
+
+// acceptsReservation applies Reserved and Reservation: a targeted
+// reservation only for the request that names it, a named one alone.
+func (r *ResourceRequest) acceptsReservation(o *Offer) bool {
+	res := o.Reservation
+	switch {
+	case r.Reservation != "":
+		return res != nil && res.ID == r.Reservation
+	case res == nil:
+		return r.Reserved != RequireReserved
+	default:
+		return r.Reserved != ForbidReserved && !res.Targeted
+	}
 }
 
 // Offer is one way a provider can satisfy a request.
@@ -278,19 +302,30 @@ type Offer struct {
 	// where the cloud picks the machine at create. A ScopeHost block (a
 	// machine that failed GPU acceptance) covers the offers of its host.
 	Host string `json:"host,omitempty"`
+	// Reservation, when set, is the reservation the offer launches into
+	// (PricePerHour is still what the reservation bills per instance; the
+	// offer's MarginalPrice is zero). A full or ended reservation is a
+	// Create error of kind Unavailable: it blocks this offer only, not the
+	// shape's on-demand offers.
+	Reservation *Reservation `json:"reservation,omitempty"`
 	// Detail is the adapter's private data for Create (vendor ids such as an
 	// image, a socket or a data center id). The core journals it as is.
 	Detail json.RawMessage `json:"detail,omitempty"`
 }
 
 // Key identifies the offer for the blocklist and for "already tried":
-// provider, location, instance type and spot.
+// provider, location, instance type and spot, and the reservation it
+// launches into, if any.
 func (o *Offer) Key() string {
 	spot := "od"
 	if o.Spot {
 		spot = "spot"
 	}
-	return fmt.Sprintf("%s|%s|%s|%s|%s", o.Provider, o.Location.Region, o.Location.Zone, o.InstanceType, spot)
+	k := fmt.Sprintf("%s|%s|%s|%s|%s", o.Provider, o.Location.Region, o.Location.Zone, o.InstanceType, spot)
+	if o.Reservation != nil {
+		k += "|res:" + o.Reservation.ID
+	}
+	return k
 }
 
 // InstanceSpec is what Prepare and Create need beyond the offer. It carries

@@ -1,0 +1,187 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Reservation is capacity the account already holds and pays for whether it
+// is used or not: an AWS On-Demand Capacity Reservation, a GCP reservation,
+// an Azure capacity reservation, the sim's reservations. An offer that
+// launches into one carries it (Offer.Reservation); its marginal price is
+// zero, so the core ranks it ahead of every offer that bills on top.
+type Reservation struct {
+	// ID is the cloud's id or name of the reservation, as a user names it
+	// in Request.Reservation ("cr-0123456789abcdef0", a GCP reservation
+	// name, an Azure capacity reservation group's name).
+	ID string `json:"id"`
+	// Targeted says only a launch that names the reservation may use it
+	// (AWS "targeted", GCP specificReservationRequired, every Azure
+	// capacity reservation group); the core plans such an offer only for a
+	// request that names it. An open one is used by any launch that fits.
+	Targeted bool `json:"targeted,omitempty"`
+	// Total is how many instances the reservation holds; Free how many more
+	// can be launched into it when it was read.
+	Total int `json:"total"`
+	Free  int `json:"free"`
+	// Ends is when the reservation ends; zero: when it is cancelled.
+	Ends time.Time `json:"ends,omitzero"`
+}
+
+// Full reports whether no instance can be launched into r now.
+func (r *Reservation) Full() bool { return r.Free <= 0 }
+
+// Ended reports whether r has ended at now.
+func (r *Reservation) Ended(now time.Time) bool { return !r.Ends.IsZero() && !now.Before(r.Ends) }
+
+// String renders r as a user reads it: "cr-1 (2 of 4 free, ends 2026-12-31T00:00Z)".
+func (r *Reservation) String() string {
+	s := fmt.Sprintf("%s (%d of %d free", r.ID, r.Free, r.Total)
+	if !r.Ends.IsZero() {
+		s += ", ends " + r.Ends.UTC().Format("2006-01-02T15:04Z")
+	}
+	return s + ")"
+}
+
+// ReservedPolicy says whether a request uses capacity the account holds.
+type ReservedPolicy string
+
+const (
+	// PreferReserved plans the account's open reservations (and the one the
+	// request names) ahead of capacity that bills on top, and the rest
+	// after them. It is the default.
+	PreferReserved ReservedPolicy = ""
+	// RequireReserved plans reserved capacity only.
+	RequireReserved ReservedPolicy = "require"
+	// ForbidReserved plans no reserved capacity: a launch that must not
+	// take a slot another job counts on.
+	ForbidReserved ReservedPolicy = "forbid"
+)
+
+// Valid reports whether p is one of the policies.
+func (p ReservedPolicy) Valid() bool {
+	return p == PreferReserved || p == RequireReserved || p == ForbidReserved
+}
+
+// MarginalPrice is what launching on o adds to the bill per hour: nothing for
+// capacity the account already pays for (a reservation), else its price.
+func (o *Offer) MarginalPrice() float64 {
+	if o.Reservation != nil {
+		return 0
+	}
+	return o.PricePerHour
+}
+
+// QuotaReader is implemented by providers that can read the account's
+// quotas before trying: AWS Service Quotas, GCP's regions.get quotas,
+// Azure's per-family usage, the sim's quota endpoint. The core reads it
+// after Plan, once per region of the offers, caches the answer for minutes,
+// and leaves out the offers whose quota cannot fit one more instance, saying
+// which quota in the plan, the no-offers error and `gpuprov offers`. It must
+// not mutate. An error (an account that may not read its quotas) leaves the
+// region's offers in, as if the provider could not tell.
+type QuotaReader interface {
+	// Quotas returns the quotas that bound launches in region, those
+	// counted across every region (GCP's GPUS_ALL_REGIONS) with an empty
+	// Region.
+	Quotas(ctx context.Context, region string) ([]QuotaLimit, error)
+}
+
+// QuotaUnit is what a quota counts.
+type QuotaUnit string
+
+const (
+	QuotaVCPUs     QuotaUnit = "vCPUs"
+	QuotaGPUs      QuotaUnit = "GPUs"
+	QuotaInstances QuotaUnit = "instances"
+)
+
+// QuotaLimit is one limit of the account and what of it is used.
+type QuotaLimit struct {
+	// Name is the quota as the cloud's console names it, with its code:
+	// "Running On-Demand P instances (L-417A185B)", "NVIDIA_H100_GPUS".
+	Name string `json:"name"`
+	// What says, for a user, which offers draw on it: "P instances",
+	// "H100-80GB GPUs", "standardNCadsH100v5Family".
+	What string `json:"what"`
+	// Region is where it counts; empty: every region together.
+	Region string    `json:"region,omitempty"`
+	Unit   QuotaUnit `json:"unit"`
+	// Limit is the quota; Usage what is in use, where the cloud says
+	// (AWS Service Quotas gives the limit only: Usage is 0 and UsageKnown
+	// false).
+	Limit      float64 `json:"limit"`
+	Usage      float64 `json:"usage,omitempty"`
+	UsageKnown bool    `json:"usage_known,omitempty"`
+	// Families, GPUs restrict the offers it covers to those of these
+	// Offer.Family values or canonical GPU names; empty: every offer.
+	Families []string `json:"families,omitempty"`
+	GPUs     []string `json:"gpus,omitempty"`
+	// Spot: the quota covers Spot offers only; OnDemand: on-demand only;
+	// neither: both.
+	Spot     bool `json:"spot,omitempty"`
+	OnDemand bool `json:"on_demand,omitempty"`
+}
+
+// Covers reports whether launching o draws on q. Reserved capacity draws on
+// no quota: the reservation was counted when it was made.
+func (q *QuotaLimit) Covers(o *Offer) bool {
+	if o.Reservation != nil || (q.Spot && !o.Spot) || (q.OnDemand && o.Spot) {
+		return false
+	}
+	if q.Region != "" && q.Region != o.Location.Region {
+		return false
+	}
+	if len(q.Families) > 0 && !contains(q.Families, o.Family) {
+		return false
+	}
+	if len(q.GPUs) > 0 && !contains(q.GPUs, o.GPU) {
+		return false
+	}
+	return true
+}
+
+// Need is how much of q one instance of o takes.
+func (q *QuotaLimit) Need(o *Offer) float64 {
+	switch q.Unit {
+	case QuotaVCPUs:
+		return float64(o.VCPUs)
+	case QuotaGPUs:
+		return float64(o.GPUCount)
+	default:
+		return 1
+	}
+}
+
+// Fits reports whether one more instance of o fits in q (an offer q does
+// not cover always fits).
+func (q *QuotaLimit) Fits(o *Offer) bool {
+	return !q.Covers(o) || q.Limit-q.Usage >= q.Need(o)
+}
+
+// Shortfall says why o does not fit in q, as the plan and errors show it:
+// "quota 0 of 192 vCPUs for P instances in us-east-1".
+func (q *QuotaLimit) Shortfall(o *Offer) string {
+	where := "in " + o.Location.Region
+	if q.Region == "" {
+		where = "across all regions"
+	}
+	have := num(q.Limit)
+	if q.UsageKnown {
+		have = num(q.Limit-q.Usage) + " free"
+	}
+	return fmt.Sprintf("quota %s of %s %s for %s %s (%s)", have, num(q.Need(o)), q.Unit, q.What, where, q.Name)
+}
+
+func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
