@@ -423,6 +423,12 @@ func blockKey(o *provider.Offer, scope provider.Scope) string {
 // blockedBy returns the block that covers o, if any.
 func blockedBy(o *provider.Offer, blocks map[string]journal.Block) (journal.Block, bool) {
 	scopes := []provider.Scope{provider.ScopeOffer, provider.ScopeZone, provider.ScopeRegion, provider.ScopeProvider}
+	if o.Reservation != nil {
+		// Capacity the account holds: a stockout of its shape or a quota
+		// of its region does not keep it from launching; only its own
+		// block (it is full, it refused) and the provider's do.
+		scopes = []provider.Scope{provider.ScopeOffer, provider.ScopeProvider}
+	}
 	if o.Spot {
 		scopes = append(scopes, provider.ScopeSpot)
 	}

@@ -77,6 +77,7 @@ type Provisioner struct {
 	blockTTL  map[provider.ErrorKind]time.Duration
 	backoff   *backoff.Policy
 	planTTL   time.Duration
+	quotaTTL  time.Duration
 	// capacityPoll is how often a VM waiting for capacity replans.
 	capacityPoll time.Duration
 	reapEvery    time.Duration // WithReaper; 0: no background reaper
@@ -98,6 +99,7 @@ type Provisioner struct {
 	joiner       Joiner
 
 	plans      planCache
+	quotaCache quotaCache
 	blockCache blockCache
 	// retention is how long Prune keeps what the journal holds of ended
 	// VMs (WithRetention; see prune.go).
@@ -325,6 +327,7 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 		},
 		backoff:      backoff.New(500*time.Millisecond, 30*time.Second, uint64(time.Now().UnixNano())),
 		planTTL:      20 * time.Second,
+		quotaTTL:     DefaultQuotaTTL,
 		capacityPoll: DefaultCapacityPoll,
 		sshTO:        5 * time.Minute,
 		stepTO:       15 * time.Minute,

@@ -44,6 +44,10 @@ type PlanResult struct {
 	// Expected entry with Known false.
 	History  map[string]journal.OfferStats
 	Expected map[string]Expectation
+	// Skipped are the offers that satisfy the request but were left out
+	// before trying: a quota the provider reported that cannot fit one
+	// more instance (provider.QuotaReader), a reservation that has ended.
+	Skipped []Skipped
 
 	blocks  map[string]journal.Block // every active block, by key
 	now     time.Time                // when the blocks were read
@@ -59,8 +63,8 @@ const maxBlockedShown = 3
 // only a request to change. A provider whose Plan failed otherwise may have
 // offers it could not say.
 func (r *PlanResult) noneFit() bool {
-	if r == nil || len(r.Offers) > 0 {
-		return false
+	if r == nil || len(r.Offers) > 0 || len(r.Skipped) > 0 {
+		return false // a quota frees up, a reservation is renewed
 	}
 	for _, err := range r.Errors {
 		if provider.KindOf(err) != provider.InvalidRequest {
@@ -77,6 +81,9 @@ func (r *PlanResult) errorSummary() string {
 	var parts []string
 	if r.Explanation != "" {
 		parts = append(parts, r.Explanation)
+	}
+	if s := skippedSummary(r.Skipped); s != "" {
+		parts = append(parts, s)
 	}
 	if len(r.Blocked) > 0 {
 		var bs []string
@@ -158,10 +165,14 @@ type planCache struct {
 }
 
 type planEntry struct {
-	offers []provider.Offer
-	errs   map[string]error
-	why    string // PlanResult.Explanation
-	at     time.Time
+	offers  []provider.Offer
+	skipped []Skipped
+	errs    map[string]error
+	// reservation, when set, says why the reservation the request names
+	// cannot be planned.
+	reservation string
+	why         string // PlanResult.Explanation
+	at          time.Time
 	// cacheable: no provider's Plan failed (a refusal for want of a
 	// capability is no failure: asking again would not change it).
 	cacheable bool
@@ -201,6 +212,9 @@ func (p *Provisioner) plan(ctx context.Context, req *Request, since time.Time) (
 		// A flight that began before since is joined, then made again.
 		entry, ok = v.(planEntry), !v.(planEntry).at.Before(since)
 	}
+	if entry.reservation != "" {
+		return nil, &RequestError{"reservation", entry.reservation}
+	}
 	if len(entry.errs) == len(names) && len(names) > 0 {
 		var all []error
 		for _, n := range names {
@@ -212,7 +226,7 @@ func (p *Provisioner) plan(ctx context.Context, req *Request, since time.Time) (
 	if err != nil {
 		return nil, &journalError{err}
 	}
-	res := &PlanResult{Offers: entry.offers, Errors: entry.errs, Explanation: entry.why,
+	res := &PlanResult{Offers: entry.offers, Skipped: entry.skipped, Errors: entry.errs, Explanation: entry.why,
 		Blocked: map[string]journal.Block{}, blocks: map[string]journal.Block{}, now: p.clock.Now(), planned: entry.at}
 	for _, b := range blocks {
 		res.blocks[b.Key] = b
@@ -268,10 +282,19 @@ func (p *Provisioner) planOnce(ctx context.Context, req *Request, names []string
 		able = append(able, n)
 	}
 	offers, errs := p.planProviders(ctx, req.resources(), able)
-	e := planEntry{offers: offers, errs: errs, at: p.clock.Now(), cacheable: len(errs) == 0}
+	e := planEntry{errs: errs, at: p.clock.Now(), cacheable: len(errs) == 0}
 	maps.Copy(e.errs, refused)
 	if len(offers) == 0 && len(e.errs) < len(names) {
 		e.why = p.explainEmpty(ctx, req)
+	}
+	// Capacity the account holds goes first; what its quotas cannot fit
+	// is left out before anything is tried, and says so.
+	offers, e.skipped = placeReservations(offers, e.at)
+	var over []Skipped
+	offers, over = p.fitQuotas(ctx, offers)
+	e.offers, e.skipped = offers, append(e.skipped, over...)
+	if req.Reservation != "" {
+		e.reservation = namedReservation(req, e.offers, e.skipped, e.errs)
 	}
 	return e
 }
@@ -437,7 +460,7 @@ func (p *Provisioner) explainEmpty(ctx context.Context, req *Request) string {
 	}
 	if req.MaxPricePerHour > 0 {
 		filters = append(filters, filter{"under " + usd(req.MaxPricePerHour) + "/h",
-			func(o *provider.Offer) bool { return o.PricePerHour <= req.MaxPricePerHour },
+			func(o *provider.Offer) bool { return o.MarginalPrice() <= req.MaxPricePerHour },
 			func(left []provider.Offer) string {
 				c := left[0] // planProviders sorts cheapest first
 				return fmt.Sprintf("the cheapest is %s/h (%s %s %s)", usd(c.PricePerHour), c.Provider, c.Location, c.InstanceType)

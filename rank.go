@@ -71,7 +71,7 @@ func expect(o *provider.Offer, s journal.OfferStats, ok bool, boot, horizon time
 		w = s.Wasted / time.Duration(failed)
 	}
 	et := t + time.Duration(float64(w)*(1-p)/p)
-	return Expectation{Success: p, TimeToReady: et, CostUSD: o.PricePerHour * (et + horizon).Hours(), Known: ok && s.Created > 0}
+	return Expectation{Success: p, TimeToReady: et, CostUSD: o.MarginalPrice() * (et + horizon).Hours(), Known: ok && s.Created > 0}
 }
 
 // history caches the journal's per-offer history for planTTL: one read
@@ -130,8 +130,8 @@ func (p *Provisioner) rank(ctx context.Context, req *Request, res *PlanResult) e
 	}
 	res.Offers = slices.Clone(res.Offers) // the plan cache shares the slice
 	slices.SortStableFunc(res.Offers, func(a, b provider.Offer) int {
-		return cmp.Or(cmp.Compare(res.Expected[a.Key()].CostUSD, res.Expected[b.Key()].CostUSD),
-			cmp.Compare(a.PricePerHour, b.PricePerHour), cmp.Compare(a.Key(), b.Key()))
+		return cmp.Or(cmp.Compare(tryClass(&a), tryClass(&b)), cmp.Compare(res.Expected[a.Key()].CostUSD, res.Expected[b.Key()].CostUSD),
+			cmp.Compare(a.MarginalPrice(), b.MarginalPrice()), cmp.Compare(a.Key(), b.Key()))
 	})
 	return nil
 }

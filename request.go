@@ -125,6 +125,21 @@ type Request struct {
 	// WithoutAcceptance. The zero value runs the default checks.
 	Acceptance Acceptance `json:"acceptance,omitzero"`
 
+	// Reserved says whether the launch uses capacity the account already
+	// holds (an AWS On-Demand Capacity Reservation, a GCP reservation, an
+	// Azure capacity reservation group, the sim's reservations): "" (the
+	// default) plans the open reservations that fit ahead of every offer
+	// that bills on top, since their marginal price is zero; "require"
+	// plans reserved capacity only; "forbid" none (a job that must not take
+	// a slot another counts on). A reservation that is full is tried last
+	// and, when it refuses, blocks only itself.
+	Reserved provider.ReservedPolicy `json:"reserved,omitempty"`
+	// Reservation names one reservation to launch into (a targeted one is
+	// planned only when named). One that no configured provider has, that
+	// is for another shape or zone, or that has ended is an error at plan
+	// time naming it; nothing else is planned.
+	Reservation string `json:"reservation,omitempty"`
+
 	// Rank orders the planned offers: RankPrice (list price, the default)
 	// or RankExpectedCost (the expected cost of a usable machine, from the
 	// journal's per-offer history; see Expectation).
@@ -277,6 +292,17 @@ func (r *Request) normalize(known map[string]bool) error {
 	if r.RankHorizon < 0 {
 		return &RequestError{"rank_horizon", "negative"}
 	}
+	if !r.Reserved.Valid() {
+		return &RequestError{"reserved", fmt.Sprintf("%q: want \"\" (prefer), %q or %q", r.Reserved, provider.RequireReserved, provider.ForbidReserved)}
+	}
+	if r.Reservation != "" {
+		if r.Reserved == provider.ForbidReserved {
+			return &RequestError{"reservation", fmt.Sprintf("%q is named while reserved is %q", r.Reservation, r.Reserved)}
+		}
+		if len(r.Reservation) > 256 || strings.ContainsFunc(r.Reservation, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+			return &RequestError{"reservation", fmt.Sprintf("%q is not a reservation id or name", r.Reservation)}
+		}
+	}
 	return r.Acceptance.validate()
 }
 
@@ -303,5 +329,6 @@ func (r *Request) resources() *provider.ResourceRequest {
 		GPU: r.GPU, GPUCount: r.GPUCount, MinGPUMemoryGB: r.MinGPUMemoryGB,
 		MaxPricePerHour: r.MaxPricePerHour, Spot: r.Spot, Regions: r.Regions, Image: r.Image,
 		MinVCPUs: r.MinVCPUs, MinMemoryGB: r.MinMemoryGB, DiskGB: r.DiskGB, Zones: r.Zones,
+		Reserved: r.Reserved, Reservation: r.Reservation,
 	}
 }

@@ -88,18 +88,23 @@ func ErrorKinds() []string {
 
 // VM is a VM as the journal knows it.
 type VM struct {
-	Name          string                `json:"name"`
-	Cluster       string                `json:"cluster,omitempty"`
-	State         State                 `json:"state"`
-	Phase         string                `json:"phase,omitempty"`
-	Attempt       int                   `json:"attempt"`
-	Provider      string                `json:"provider,omitempty"`
-	Location      provider.Location     `json:"location"`
-	InstanceType  string                `json:"instance_type,omitempty"`
-	GPU           string                `json:"gpu,omitempty"`
-	GPUCount      int                   `json:"gpu_count,omitempty"`
-	Spot          bool                  `json:"spot,omitempty"`
-	PricePerHour  float64               `json:"price_per_hour,omitempty"`
+	Name         string            `json:"name"`
+	Cluster      string            `json:"cluster,omitempty"`
+	State        State             `json:"state"`
+	Phase        string            `json:"phase,omitempty"`
+	Attempt      int               `json:"attempt"`
+	Provider     string            `json:"provider,omitempty"`
+	Location     provider.Location `json:"location"`
+	InstanceType string            `json:"instance_type,omitempty"`
+	GPU          string            `json:"gpu,omitempty"`
+	GPUCount     int               `json:"gpu_count,omitempty"`
+	Spot         bool              `json:"spot,omitempty"`
+	PricePerHour float64           `json:"price_per_hour,omitempty"`
+	// Reservation is the reservation the VM was launched into, if any
+	// (provider.Offer.Reservation): capacity the account pays for whether
+	// it is used or not, so the VM adds nothing to the bill at
+	// PricePerHour, which is what its slot bills.
+	Reservation   string                `json:"reservation,omitempty"`
 	InstanceID    string                `json:"instance_id,omitempty"`
 	SSH           *provider.SSHEndpoint `json:"ssh,omitempty"`
 	HostKey       string                `json:"host_key,omitempty"`
@@ -149,6 +154,9 @@ func vmFromRow(r journal.VM) *VM {
 	var o provider.Offer
 	if len(r.Offer) > 0 && json.Unmarshal(r.Offer, &o) == nil {
 		v.InstanceType, v.GPU, v.GPUCount, v.Spot = o.InstanceType, o.GPU, o.GPUCount, o.Spot
+	}
+	if o.Reservation != nil {
+		v.Reservation = o.Reservation.ID
 	}
 	// A request that does not parse leaves the zero Request: the row is
 	// still shown, and the engine reports the problem when it drives it.

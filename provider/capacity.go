@@ -162,17 +162,18 @@ func (q *QuotaLimit) Fits(o *Offer) bool {
 }
 
 // Shortfall says why o does not fit in q, as the plan and errors show it:
-// "quota 0 of 192 vCPUs for P instances in us-east-1".
+// what is free of what one instance needs, "quota 0 of 192 vCPUs for P
+// instances in us-east-1 (Running On-Demand P instances (L-417A185B))".
 func (q *QuotaLimit) Shortfall(o *Offer) string {
 	where := "in " + o.Location.Region
 	if q.Region == "" {
 		where = "across all regions"
 	}
-	have := num(q.Limit)
+	name := q.Name
 	if q.UsageKnown {
-		have = num(q.Limit-q.Usage) + " free"
+		name += fmt.Sprintf(": limit %s, %s in use", num(q.Limit), num(q.Usage))
 	}
-	return fmt.Sprintf("quota %s of %s %s for %s %s (%s)", have, num(q.Need(o)), q.Unit, q.What, where, q.Name)
+	return fmt.Sprintf("quota %s of %s %s for %s %s (%s)", num(max(q.Limit-q.Usage, 0)), num(q.Need(o)), q.Unit, q.What, where, name)
 }
 
 func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

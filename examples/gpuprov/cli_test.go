@@ -184,6 +184,14 @@ func startSimAt(t *testing.T, c *cliEnv, dir, simConfig string) *simServer {
 		s.done <- cmd.Wait()
 	}()
 	t.Cleanup(s.stop)
+	// Keep draining, from the moment this returns or fails, so that the
+	// server never blocks on stdout and stop's wait ends.
+	defer func() {
+		go func() {
+			for range lines {
+			}
+		}()
+	}()
 	var cfg strings.Builder
 	tables := 0
 	timeout := time.After(20 * time.Second)
@@ -207,10 +215,6 @@ func startSimAt(t *testing.T, c *cliEnv, dir, simConfig string) *simServer {
 			t.Fatalf("sim serve printed no config in 20s: %s", stderr.String())
 		}
 	}
-	go func() { // keep draining so the server never blocks on stdout
-		for range lines {
-		}
-	}()
 	s.config = cfg.String()
 	return s
 }
@@ -237,6 +241,8 @@ type simInstance struct {
 	Zone   string            `json:"zone"`
 	// PlacementGroup is the compact cluster's group the instance is in.
 	PlacementGroup string `json:"placement_group"`
+	// ReservationID is the reservation it was launched into.
+	ReservationID string `json:"reservation_id"`
 }
 
 func (s *simServer) adminGet(t *testing.T, path string, into any) {

@@ -284,6 +284,12 @@ type offerItem struct {
 	Blocked  *journal.Block       `json:"blocked,omitempty"`
 	History  *journal.OfferStats  `json:"history,omitempty"`
 	Expected *gpuprov.Expectation `json:"expected,omitempty"`
+	// MarginalPrice is what the offer adds to the bill per hour: 0 in a
+	// reservation, else its price.
+	MarginalPrice float64 `json:"marginal_price_per_hour"`
+	// LeftOut says why the plan leaves the offer out (a quota, an ended
+	// reservation); such an offer is not tried.
+	LeftOut string `json:"left_out,omitempty"`
 }
 
 func offers(ctx context.Context, e *env, f *upFlags, out string) error {
@@ -323,7 +329,11 @@ func offers(ctx context.Context, e *env, f *upFlags, out string) error {
 		if x, ok := res.Expected[o.Key()]; ok {
 			it.Expected = &x
 		}
+		it.MarginalPrice = o.MarginalPrice()
 		items = append(items, it)
+	}
+	for _, sk := range res.Skipped {
+		items = append(items, offerItem{Offer: sk.Offer, MarginalPrice: sk.Offer.MarginalPrice(), LeftOut: sk.Reason})
 	}
 	if out == "json" {
 		return writeJSON(e.stdout, items)
@@ -335,7 +345,16 @@ func offers(ctx context.Context, e *env, f *upFlags, out string) error {
 		if it.Blocked != nil {
 			notes = append(notes, fmt.Sprintf("blocked until %s (%s)", it.Blocked.Until.Local().Format("15:04"), it.Blocked.ErrorKind))
 		}
-		if it.InStock {
+		if it.LeftOut != "" {
+			notes = append(notes, "left out: "+it.LeftOut)
+		}
+		if r := it.Reservation; r != nil {
+			state := fmt.Sprintf("%d of %d free", r.Free, r.Total)
+			if r.Full() {
+				state = "full, tried last"
+			}
+			notes = append(notes, fmt.Sprintf("reservation %s (%s), already paid: %s/h list", r.ID, state, usd(it.PricePerHour)))
+		} else if it.InStock {
 			notes = append(notes, "in stock")
 		}
 		disk := "-"
@@ -346,14 +365,14 @@ func offers(ctx context.Context, e *env, f *upFlags, out string) error {
 			notes[0] = fmt.Sprintf("host %s blocked until %s (%s)", it.Host, it.Blocked.Until.Local().Format("Jan 2 15:04"), it.Blocked.ErrorKind)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s×%d\t%d\t%.0fG\t%s\t%s\t%v\t%s\t%s\t%s\n", it.Provider, it.Location, it.InstanceType,
-			it.GPU, it.GPUCount, it.VCPUs, it.MemoryGB, disk, usd(it.PricePerHour), it.Spot, historyText(it.History),
+			it.GPU, it.GPUCount, it.VCPUs, it.MemoryGB, disk, usd(it.MarginalPrice), it.Spot, historyText(it.History),
 			expectedText(it.Expected), strings.Join(notes, "; "))
 	}
 	tw.Flush()
 	for name, perr := range res.Errors {
 		fmt.Fprintf(e.stderr, "warning: provider %s skipped: %s\n", name, oneLine(perr.Error()))
 	}
-	if len(items) == 0 {
+	if len(res.Offers) == 0 {
 		why := res.Explanation
 		if why == "" {
 			why = "no offers match"

@@ -29,32 +29,34 @@ import (
 const defaultWaitTimeout = 24 * time.Hour
 
 type upFlags struct {
-	name       string
-	gpu        string
-	count      int
-	maxPrice   float64
-	spot       string
-	providers  []string
-	regions    []string
-	timeout    time.Duration
-	nodes      int
-	minNodes   int
-	kubeconfig string
-	placement  string
-	wait       bool
-	waitPoll   time.Duration
-	ttl        time.Duration
-	maxCost    float64
-	minVCPUs   int
-	minMemory  float64
-	diskGB     int
-	labels     []string // KEY=VALUE
-	allowFrom  []string // CIDRs
-	rank       string
-	noAccept   bool
-	dcgm       int
-	acceptCmd  string
-	ignore     []string // acceptance checks that only warn
+	name        string
+	gpu         string
+	count       int
+	maxPrice    float64
+	spot        string
+	providers   []string
+	regions     []string
+	timeout     time.Duration
+	nodes       int
+	minNodes    int
+	kubeconfig  string
+	placement   string
+	wait        bool
+	waitPoll    time.Duration
+	ttl         time.Duration
+	maxCost     float64
+	minVCPUs    int
+	minMemory   float64
+	diskGB      int
+	labels      []string // KEY=VALUE
+	allowFrom   []string // CIDRs
+	rank        string
+	reserved    string
+	reservation string
+	noAccept    bool
+	dcgm        int
+	acceptCmd   string
+	ignore      []string // acceptance checks that only warn
 
 	// changed reports whether the user typed a flag: only an absent flag
 	// takes its default, a typed zero is refused.
@@ -140,7 +142,8 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 		WaitForCapacity: f.wait, TTL: f.ttl, MaxCost: f.maxCost,
 		Acceptance: gpuprov.Acceptance{Skip: f.noAccept, DCGM: f.dcgm, Command: f.acceptCmd, Ignore: f.ignore},
 		Rank:       gpuprov.Rank(f.rank),
-		MinVCPUs:   f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB, SourceRanges: f.allowFrom,
+		Reserved:   provider.ReservedPolicy(f.reserved), Reservation: f.reservation,
+		MinVCPUs: f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB, SourceRanges: f.allowFrom,
 	}
 	for _, kv := range f.labels {
 		k, v, ok := strings.Cut(kv, "=")
@@ -214,6 +217,8 @@ func addNeedsFlags(fl *pflag.FlagSet, f *upFlags) {
 	fl.StringArrayVar(&f.allowFrom, "allow-from", nil, "CIDR that may connect to SSH and the open ports (repeatable; default: each provider's source_ranges, else anywhere)")
 	fl.StringArrayVar(&f.labels, "label", nil, "KEY=VALUE label on every resource of the VM (repeatable; lowercase, at most 63 characters)")
 	fl.StringVar(&f.rank, "rank", "price", "order offers by list price, or by expected-cost of a usable machine (from the journal's history of each offer)")
+	fl.StringVar(&f.reserved, "reserved", "", "capacity the account holds (reservations): empty to use it first where it fits, require to use nothing else, forbid to leave it alone")
+	fl.StringVar(&f.reservation, "reservation", "", "launch into this reservation (its id or name); a targeted one is used only when named")
 }
 
 // checkNumbers refuses a numeric flag the user typed with a value out of

@@ -71,6 +71,27 @@ type wireCreate struct {
 	Firewall         string            `json:"firewall,omitempty"`
 	DiskGB           int               `json:"disk_gb,omitempty"`
 	PlacementGroup   string            `json:"placement_group,omitempty"`
+	ReservationID    string            `json:"reservation_id,omitempty"`
+}
+
+// wireReservation is a reservation of GET reservations.
+type wireReservation struct {
+	ID       string    `json:"id"`
+	OfferID  string    `json:"offer_id"`
+	Count    int       `json:"count"`
+	InUse    int       `json:"in_use"`
+	Targeted bool      `json:"targeted"`
+	EndsAt   time.Time `json:"ends_at"`
+	State    string    `json:"state"`
+}
+
+// wireQuota is a quota of GET quotas.
+type wireQuota struct {
+	Name   string `json:"name"`
+	Region string `json:"region"`
+	GPU    string `json:"gpu"`
+	Limit  int    `json:"limit"`
+	Usage  int    `json:"usage"`
 }
 
 type wirePlacementGroup struct {

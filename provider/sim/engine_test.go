@@ -31,7 +31,19 @@ type engineEnv struct {
 
 func newEngineEnv(t *testing.T, faults simserver.Faults, cfg sim.Config, opts ...gpuprov.Option) *engineEnv {
 	t.Helper()
-	e := &engineEnv{env: newEnv(t, func(o *simserver.Options) { o.DisableSSH = true })}
+	return newEngineEnvOf(t, nil, faults, cfg, opts...)
+}
+
+// newEngineEnvOf is newEngineEnv with the cloud's configuration adjusted
+// by cloud (reservations, quotas, offers) before the server starts.
+func newEngineEnvOf(t *testing.T, cloud func(*simserver.CloudConfig), faults simserver.Faults, cfg sim.Config, opts ...gpuprov.Option) *engineEnv {
+	t.Helper()
+	e := &engineEnv{env: newEnv(t, func(o *simserver.Options) {
+		o.DisableSSH = true
+		if cloud != nil {
+			cloud(&o.Clouds[0])
+		}
+	})}
 	stop := e.clk.AutoAdvance()
 	t.Cleanup(stop)
 	e.setFaults(t, faults)

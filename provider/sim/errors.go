@@ -52,7 +52,11 @@ func IsAPIError(err error, codes ...string) bool {
 // codeKinds maps the API's documented error codes (see provider/sim/simserver) to
 // the failover policy.
 var codeKinds = map[string]provider.ErrorKind{
-	"out_of_capacity":    provider.Capacity,
+	"out_of_capacity": provider.Capacity,
+	// A reservation that is full or has ended refuses this offer only;
+	// the shape's ordinary capacity is another offer.
+	"reservation_full":   provider.Unavailable,
+	"reservation_ended":  provider.Unavailable,
 	"quota_exceeded":     provider.Quota, // blocks the region
 	"insufficient_funds": provider.Quota, // blocks the provider: see classify
 	"unauthorized":       provider.Credentials,

@@ -91,9 +91,14 @@ func TestEngineWaitsForTheSimsStock(t *testing.T) {
 		t.Fatalf("only %d wakes found nothing in %v of waiting", pureWaits, cleared.Sub(waitStart))
 	}
 	for k, n := range pureCalls {
-		if k != "list_offers" {
-			t.Errorf("%d %s calls while waiting; only offer listings are allowed", n, k)
+		if k != "list_offers" && k != "list_quotas" {
+			t.Errorf("%d %s calls while waiting; only offer listings and quota reads are allowed", n, k)
 		}
+	}
+	// Quotas are read once per region (H100s are offered in two) per
+	// DefaultQuotaTTL, not at every plan.
+	if n, most := pureCalls["list_quotas"], 2*(int(cleared.Sub(waitStart)/gpuprov.DefaultQuotaTTL)+1); n > most {
+		t.Errorf("%d quota reads in %v of waiting; want at most %d", n, cleared.Sub(waitStart), most)
 	}
 	if n := pureCalls["list_offers"]; n > pureWaits {
 		t.Errorf("%d offer listings in %d wakes; want at most one each", n, pureWaits)

@@ -16,6 +16,8 @@ import (
 // offerDetail is Offer.Detail: what Create needs.
 type offerDetail struct {
 	OfferID string `json:"offer_id"`
+	// ReservationID is the reservation the offer launches into.
+	ReservationID string `json:"reservation_id,omitempty"`
 }
 
 // prepared is what Prepare returns and Create reads.
@@ -29,7 +31,8 @@ type prepared struct {
 // configured regions when req names none, cheapest first.
 func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provider.Offer, error) {
 	var resp struct {
-		Offers []wireOffer `json:"offers"`
+		Offers       []wireOffer       `json:"offers"`
+		Reservations []wireReservation `json:"reservations"`
 	}
 	if err := p.do(ctx, call{op: "plan", method: http.MethodGet, path: "offers", out: &resp}); err != nil {
 		return nil, err
@@ -39,6 +42,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 		r.Regions = p.cfg.Regions
 	}
 	offers := []provider.Offer{}
+	byID := make(map[string]*provider.Offer, len(resp.Offers))
 	for _, w := range resp.Offers {
 		detail, err := json.Marshal(offerDetail{OfferID: w.ID})
 		if err != nil {
@@ -54,12 +58,91 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 		if g, err := provider.CanonicalGPU(w.GPU); err == nil {
 			o.GPU = g
 		}
+		byID[w.ID] = &o
 		if r.Accepts(&o) {
 			offers = append(offers, o)
 		}
 	}
-	slices.SortStableFunc(offers, func(a, b provider.Offer) int { return cmp.Compare(a.PricePerHour, b.PricePerHour) })
+	if req.Reserved != provider.ForbidReserved || req.Reservation != "" {
+		reserved, err := p.reservedOffers(&r, resp.Reservations, byID)
+		if err != nil {
+			return nil, err
+		}
+		offers = append(offers, reserved...)
+	}
+	slices.SortStableFunc(offers, func(a, b provider.Offer) int { return cmp.Compare(a.MarginalPrice(), b.MarginalPrice()) })
 	return offers, nil
+}
+
+// reservedOffers returns an offer for each of the account's reservations
+// (listed with its catalog) that req accepts: its catalog offer with the
+// reservation on it. A reservation req names that holds another shape, or
+// lies outside the request's regions or zones, is an InvalidRequest error
+// naming it; one that has ended is returned with its end, for the core to
+// leave out and say so.
+func (p *Provider) reservedOffers(req *provider.ResourceRequest, listed []wireReservation, catalog map[string]*provider.Offer) ([]provider.Offer, error) {
+	var out []provider.Offer
+	for _, w := range listed {
+		base := catalog[w.OfferID]
+		if base == nil {
+			continue // not in the catalog it listed a moment ago
+		}
+		o := *base
+		o.Reservation = &provider.Reservation{ID: w.ID, Targeted: w.Targeted, Total: w.Count, Free: max(w.Count-w.InUse, 0), Ends: w.EndsAt}
+		o.InStock = o.Reservation.Free > 0 && w.State == "active"
+		detail, err := json.Marshal(offerDetail{OfferID: w.OfferID, ReservationID: w.ID})
+		if err != nil {
+			return nil, provider.Errorf(provider.Failed, p.name, "plan", "encode offer detail: %w", err)
+		}
+		o.Detail = detail
+		if w.ID == req.Reservation {
+			if why := mismatch(req, &o); why != "" {
+				return nil, provider.Errorf(provider.InvalidRequest, p.name, "plan", "reservation %s holds %s (%s×%d) in %s, %s", w.ID, o.InstanceType, o.GPU, o.GPUCount, o.Location, why)
+			}
+		}
+		if req.Accepts(&o) {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// mismatch says why a reserved offer does not fit req's shape or place.
+func mismatch(req *provider.ResourceRequest, o *provider.Offer) string {
+	switch {
+	case req.GPU != "" && req.GPU != o.GPU, req.GPUCount > 0 && req.GPUCount != o.GPUCount:
+		return fmt.Sprintf("not %s×%d", req.GPU, req.GPUCount)
+	case len(req.Regions) > 0 && !slices.Contains(req.Regions, o.Location.Region):
+		return fmt.Sprintf("outside the regions asked for (%v)", req.Regions)
+	case len(req.Zones) > 0 && !slices.Contains(req.Zones, o.Location.Zone):
+		return fmt.Sprintf("outside the zones asked for (%v)", req.Zones)
+	}
+	return ""
+}
+
+// Quotas reads the account's GPU quotas in region (GET quotas): one
+// limit per GPU model, or for every model, with what is in use.
+func (p *Provider) Quotas(ctx context.Context, region string) ([]provider.QuotaLimit, error) {
+	var resp struct {
+		Quotas []wireQuota `json:"quotas"`
+	}
+	if err := p.do(ctx, call{op: "quotas", method: http.MethodGet, path: "quotas", query: url.Values{"region": {region}}, out: &resp}); err != nil {
+		return nil, err
+	}
+	out := make([]provider.QuotaLimit, 0, len(resp.Quotas))
+	for _, w := range resp.Quotas {
+		q := provider.QuotaLimit{Name: w.Name, What: "GPUs", Region: w.Region, Unit: provider.QuotaGPUs,
+			Limit: float64(w.Limit), Usage: float64(w.Usage), UsageKnown: true}
+		if w.GPU != "" {
+			g, err := provider.CanonicalGPU(w.GPU)
+			if err != nil {
+				g = w.GPU
+			}
+			q.GPUs, q.What = []string{g}, g+" GPUs"
+		}
+		out = append(out, q)
+	}
+	return out, nil
 }
 
 // Prepare puts the installation's shared firewall for the VM's ports (SSH
@@ -107,7 +190,7 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	req := wireCreate{
 		OfferID: d.OfferID, Name: provider.ResourceName(spec.VM), Labels: spec.Labels(), DiskGB: offer.DiskGB,
 		UserData: provider.CloudInit(spec), SSHUser: spec.SSHUser, SSHKey: pr.SSHKey, Firewall: pr.Firewall,
-		PlacementGroup: spec.PlacementGroup,
+		PlacementGroup: spec.PlacementGroup, ReservationID: d.ReservationID,
 	}
 	if !p.cfg.NoIdempotencyToken {
 		req.IdempotencyToken = spec.IdempotencyToken

@@ -36,6 +36,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("PUT "+p+"placement-groups/{name}", s.api("put_placement_group", s.putPlacementGroup))
 	mux.Handle("DELETE "+p+"placement-groups/{name}", s.api("delete_placement_group", s.deletePlacementGroup))
 	mux.Handle("GET "+p+"placement-groups", s.api("list_placement_groups", s.listPlacementGroups))
+	mux.Handle("GET "+p+"reservations", s.api("list_reservations", s.listReservations))
+	mux.Handle("GET "+p+"quotas", s.api("list_quotas", s.listQuotas))
 	s.adminRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, CodeNotFound, "no route for %s %s", r.Method, r.URL.Path))
@@ -142,7 +144,7 @@ func decode(body []byte, into any) *apiError {
 	return nil
 }
 
-func (s *Server) listOffers(c *cloud, r *http.Request, _ []byte, _ time.Time) (int, any, *apiError) {
+func (s *Server) listOffers(c *cloud, r *http.Request, _ []byte, now time.Time) (int, any, *apiError) {
 	q := r.URL.Query()
 	out := []Offer{}
 	for _, of := range c.cfg.Offers {
@@ -156,7 +158,16 @@ func (s *Server) listOffers(c *cloud, r *http.Request, _ []byte, _ time.Time) (i
 			out = append(out, of)
 		}
 	}
-	return http.StatusOK, map[string][]Offer{"offers": out}, nil
+	// The account's reservations come with its catalog, so that a plan
+	// costs one call whether the account holds any or not.
+	_, res, _ := s.listReservations(c, r, nil, now)
+	return http.StatusOK, offersAnswer{Offers: out, Reservations: res.(map[string][]ReservationView)["reservations"]}, nil
+}
+
+// offersAnswer is the answer of GET offers.
+type offersAnswer struct {
+	Offers       []Offer           `json:"offers"`
+	Reservations []ReservationView `json:"reservations"`
 }
 
 func (s *Server) createInstance(c *cloud, _ *http.Request, body []byte, now time.Time) (int, any, *apiError) {
@@ -191,8 +202,21 @@ func (s *Server) createInstance(c *cloud, _ *http.Request, body []byte, now time
 			return http.StatusOK, in.view(), nil
 		}
 	}
-	if err := c.admit(of); err != nil {
-		return 0, nil, err
+	if req.ReservationID != "" {
+		s.settleAll(c)
+		if err := c.admitReserved(req.ReservationID, of, now); err != nil {
+			return 0, nil, err
+		}
+	} else {
+		if err := c.admit(of); err != nil {
+			return 0, nil, err
+		}
+		if len(c.cfg.Quotas) > 0 {
+			s.settleAll(c)
+			if err := c.admitQuota(of); err != nil {
+				return 0, nil, err
+			}
+		}
 	}
 	var key *SSHKey
 	if req.SSHKey != "" {

@@ -99,6 +99,12 @@ type CloudConfig struct {
 	Timing *Timing `json:"timing,omitempty" toml:"timing,omitempty"`
 	// Faults are the faults injected from the start; see Faults.
 	Faults Faults `json:"faults,omitzero" toml:"faults,omitempty"`
+	// Reservations are capacity the account holds (GET reservations;
+	// a create with reservation_id launches into one).
+	Reservations []Reservation `json:"reservations,omitempty" toml:"reservations,omitempty"`
+	// Quotas limit the GPUs the account may run per region (GET quotas;
+	// a create past one is refused with quota_exceeded).
+	Quotas []Quota `json:"quotas,omitempty" toml:"quotas,omitempty"`
 }
 
 // Timing is how long the simulated cloud takes.
@@ -258,6 +264,9 @@ func (o Options) validate() (Options, error) {
 				return o, fmt.Errorf("simserver: cloud %s: empty or duplicate offer id %q", c.Name, of.ID)
 			}
 			ids[of.ID] = true
+		}
+		if err := validateCapacity(&c, ids); err != nil {
+			return o, err
 		}
 		if c.Timing == nil {
 			t := DefaultTiming()

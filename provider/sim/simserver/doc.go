@@ -35,15 +35,28 @@
 // header "Authorization: Bearer <key>" of that cloud (Server.APIKey).
 // Bodies are JSON; unknown fields in a request body are an invalid_request.
 //
-//	GET    offers[?region=&gpu=]            {"offers":[Offer...]}: id, region, zone, instance_type,
-//	                                        gpu (canonical), gpu_count, gpu_memory_gb, vcpus,
-//	                                        memory_gb, price_per_hour, spot, availability (a hint)
+//	GET    offers[?region=&gpu=]            {"offers":[Offer...], "reservations":[...]}: id, region, zone,
+//	                                        instance_type, gpu (canonical), gpu_count, gpu_memory_gb,
+//	                                        vcpus, memory_gb, price_per_hour, spot, availability (a
+//	                                        hint); and the account's reservations, as GET reservations
+//	                                        lists them (every region), so a plan costs one call
+//	GET    reservations[?region=]           {"reservations":[...]}: id, offer_id, count, targeted,
+//	                                        ends_at, and region, zone, instance_type, gpu, gpu_count of
+//	                                        its offer, in_use (instances not terminated in it), state
+//	                                        "active" or "ended" (CloudConfig.Reservations)
+//	GET    quotas[?region=]                 {"quotas":[...]}: region, gpu (empty: every model), limit,
+//	                                        name ("gpus" or "gpus-<GPU>"), unit "gpus", usage (GPUs of
+//	                                        instances not terminated and not reserved) (CloudConfig.Quotas)
 //	POST   instances                        body {offer_id, name, labels, user_data, idempotency_token,
 //	                                        ssh_user, ssh_key, firewall, disk_gb, placement_group}:
 //	                                        201 and the Instance; 400 when placement_group is
 //	                                        unknown or holds live instances in another zone;
 //	                                        200 and the existing Instance when the idempotency
-//	                                        token was seen (unless the cloud ignores tokens)
+//	                                        token was seen (unless the cloud ignores tokens);
+//	                                        reservation_id launches into that reservation, which must
+//	                                        hold offer_id (400 otherwise): 409 reservation_full when
+//	                                        every slot is in use, 409 reservation_ended after its end;
+//	                                        it draws on no quota and no stock
 //	GET    instances[?label=k=v&label=...&label_any=k=v&label_any=...&region=&zone=
 //	       &include_terminated=true&limit=&cursor=]
 //	                                        {"instances":[...], "next_cursor":"..."}: sorted by id,
@@ -113,10 +126,13 @@
 //	400 unknown_firewall    a create naming a firewall the region does not have
 //	401 unauthorized        missing or wrong API key (or admin token)
 //	402 insufficient_funds  the account cannot pay (Faults.InsufficientFunds)
-//	403 quota_exceeded      region quota (Faults.QuotaRegions, Faults.InstanceQuota)
+//	403 quota_exceeded      region quota (Faults.QuotaRegions, Faults.InstanceQuota,
+//	                        CloudConfig.Quotas)
 //	404 not_found           unknown cloud, instance, firewall, key or route
 //	409 out_of_capacity     stockout (Faults.StockoutOffers, StockoutRegions, OfferStock)
 //	409 conflict            a firewall or placement group still in use; admin: preempting an instance that is not running
+//	409 reservation_full    a create into a reservation whose every slot is in use
+//	409 reservation_ended   a create into a reservation past its end
 //	429 rate_limited        token bucket empty or injected throttling; Retry-After header in seconds
 //	500 internal            injected error, or a create whose response was lost (it landed)
 //	503 unavailable         injected error, or the server is shutting down

@@ -66,6 +66,8 @@ type Instance struct {
 	Firewall string `json:"firewall,omitempty"`
 	// PlacementGroup is the group the create asked for, if any.
 	PlacementGroup string `json:"placement_group,omitempty"`
+	// ReservationID is the reservation the instance was launched into.
+	ReservationID string `json:"reservation_id,omitempty"`
 	// HostID is the machine the instance runs on: its offer's Host, else
 	// one of four per zone.
 	HostID string `json:"host_id,omitempty"`
@@ -237,6 +239,9 @@ type createRequest struct {
 	// DiskGB sizes the boot disk: at least the offer's, up to
 	// MaxDiskGB; 0 means the offer's.
 	DiskGB int `json:"disk_gb"`
+	// ReservationID launches into the account's reservation of this id
+	// (which must hold the offer); empty: ordinary capacity.
+	ReservationID string `json:"reservation_id"`
 }
 
 type placementGroupRequest struct {

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestCLIReservationThenOnDemand is the issue's scene through the CLI and
+// a `gpuprov sim serve` process: sim-a holds a reservation of 2 single-H100
+// slots and has on-demand stock of the same shape at $2.49/h; `offers`
+// shows the reservation first at $0.00/h and why; 3 `up`s put 2 in the
+// reservation and the third on-demand; then `offers` shows it full and
+// tried last. eu-west has no H100 quota: `offers` says it is left out.
+func TestCLIReservationThenOnDemand(t *testing.T) {
+	c := newCLIEnv(t)
+	sim := startSim(t, c, simCloud("sim-b", "300ms")+simCloud("sim-a", "300ms")+`
+[[clouds.reservations]]
+id = "res-h100"
+offer_id = "a-h100x1-use1a"
+count = 2
+[[clouds.quotas]]
+region = "eu-west"
+gpu = "H100-80GB"
+limit = 0
+`)
+	c.writeConfig(sim.config)
+
+	table := c.ok("offers", "--gpu", "h100").stdout
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) < 3 || !strings.Contains(lines[1], "$0.00") || !strings.Contains(lines[1], "reservation res-h100 (2 of 2 free), already paid: $2.49/h list") {
+		t.Fatalf("offers should list the reservation first at $0.00/h, saying why:\n%s", table)
+	}
+	if !strings.Contains(table, "left out: quota 0 of 1 GPUs for H100-80GB GPUs in eu-west") {
+		t.Errorf("offers should say eu-west's H100 is left out for its quota:\n%s", table)
+	}
+	for _, vm := range []string{"res-1", "res-2", "od-3"} {
+		c.ok("up", "--gpu", "h100", "--name", vm, "--timeout", "60s", "--no-accept")
+	}
+	byVM := map[string]string{}
+	for _, in := range sim.live(t) {
+		byVM[in.Labels["gpuprov"]] = in.ReservationID
+	}
+	if byVM["res-1"] != "res-h100" || byVM["res-2"] != "res-h100" || byVM["od-3"] != "" || len(byVM) != 3 {
+		t.Fatalf("instances by VM and reservation = %v; want res-1, res-2 in res-h100 and od-3 outside", byVM)
+	}
+	var items []struct {
+		Reservation *struct {
+			ID   string `json:"id"`
+			Free int    `json:"free"`
+		} `json:"reservation"`
+		Marginal float64 `json:"marginal_price_per_hour"`
+		Price    float64 `json:"price_per_hour"`
+		LeftOut  string  `json:"left_out"`
+	}
+	if err := json.Unmarshal([]byte(c.ok("offers", "--gpu", "h100", "-o", "json").stdout), &items); err != nil {
+		t.Fatal(err)
+	}
+	var last = -1
+	for i, it := range items {
+		if it.LeftOut == "" {
+			last = i
+		}
+	}
+	if last < 0 || items[last].Reservation == nil || items[last].Reservation.Free != 0 || items[last].Marginal != 0 || items[last].Price != 2.49 {
+		t.Fatalf("offers -o json = %+v; want the full reservation last of the offers tried, $0 marginal, $2.49 list", items)
+	}
+	c.ok("down", "--all")
+}
