@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/servicequotas"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
 	"github.com/org/gpuprov/clock"
@@ -62,7 +63,9 @@ type Config struct {
 	// Refine lets Plan ask EC2 which zones sell each type
 	// (DescribeInstanceTypeOfferings) and, for spot, the current spot price
 	// (DescribeSpotPriceHistory). A refinement that fails falls back to the
-	// catalog. Off by default: Plan then makes no API call at all.
+	// catalog. Off by default: Plan then makes no API call but the
+	// capacity reservations' (one DescribeCapacityReservations per region,
+	// none for a request that forbids reserved capacity).
 	Refine bool `toml:"refine" json:"refine"`
 	// SSHUser is the login user of the image; empty means "ubuntu".
 	SSHUser string `toml:"ssh_user" json:"ssh_user"`
@@ -136,13 +139,14 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Endpoint points the provider at a stand-in for AWS: every EC2 and SSM
-// call goes to URL (SSMURL for SSM when set) through Client, signed with
-// the static key pair. No environment variable, profile or credential file
+// Endpoint points the provider at a stand-in for AWS: every EC2, SSM and
+// Service Quotas call goes to URL (SSMURL for SSM, QuotasURL for Service
+// Quotas, when set) through Client, signed with the static key pair. No environment variable, profile or credential file
 // is read. Tests use it with an httpmock transport or an emulator.
 type Endpoint struct {
 	URL             string
 	SSMURL          string
+	QuotasURL       string
 	Client          *http.Client
 	AccessKeyID     string
 	SecretAccessKey string
@@ -164,6 +168,7 @@ type Provider struct {
 	mu      sync.Mutex
 	ec2s    map[string]*ec2.Client
 	ssms    map[string]*ssm.Client
+	sqs     map[string]*servicequotas.Client
 	recent  map[string][]recentCreate    // region|vm → ids Create returned lately
 	zoneIDs map[string]map[string]string // region → zone name → zone id, where an endpoint needed it
 	creds   []awssdk.Credentials         // the credentials calls were signed with, newest last
@@ -230,7 +235,7 @@ func build(cfg Config, opts ...Option) (*Provider, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler), clock: clock.Real,
-		ec2s: map[string]*ec2.Client{}, ssms: map[string]*ssm.Client{}, recent: map[string][]recentCreate{},
+		ec2s: map[string]*ec2.Client{}, ssms: map[string]*ssm.Client{}, sqs: map[string]*servicequotas.Client{}, recent: map[string][]recentCreate{},
 		zoneIDs: map[string]map[string]string{}}
 	for _, o := range opts {
 		o(p)

@@ -35,6 +35,8 @@ func TestEmbeddedCatalog(t *testing.T) {
 		{"g5.xlarge", "A10G", "eu-west-1", 1, 1.123},
 		{"g4dn.xlarge", "T4", "eu-west-1", 1, 0.587},
 		{"p3.2xlarge", "V100", "us-west-2", 1, 3.06},
+		{"p5en.48xlarge", "H200", "us-east-1", 8, 84.8},
+		{"p5en.48xlarge", "H200", "ap-northeast-1", 8, 106.0},
 	} {
 		it, ok := c.Lookup(tc.typ)
 		if !ok || it.GPU != tc.gpu || it.GPUCount != tc.count || it.Regions[tc.region].Price != tc.price {
@@ -48,7 +50,17 @@ func TestEmbeddedCatalog(t *testing.T) {
 			}
 		}
 	}
-	for _, stale := range []string{"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"} {
+	// p5e and p6-b200 have no on-demand price the catalog can cite: no
+	// regions (no on-demand offer), their shape for reservations, and a
+	// note saying so.
+	for typ, gpu := range map[string]string{"p5e.48xlarge": "H200", "p6-b200.48xlarge": "B200"} {
+		it, ok := c.Lookup(typ)
+		if !ok || it.GPU != gpu || it.GPUCount != 8 || it.VCPUs != 192 || it.MemoryGiB != 2048 || len(it.Regions) != 0 ||
+			!strings.Contains(it.Note, "No on-demand offers") || !strings.Contains(it.Note, "Capacity Blocks") {
+			t.Errorf("%s: %+v", typ, it)
+		}
+	}
+	for _, stale := range []string{"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5en.48xlarge"} {
 		if it, _ := c.Lookup(stale); !strings.Contains(it.Note, "June 2025") {
 			t.Errorf("%s lacks the note that its price predates the June 2025 reduction", stale)
 		}

@@ -20,10 +20,13 @@
 //
 // # Primitives and the calls they make
 //
-//	Plan       none: the embedded catalog (catalog.json, from AWS's Price List). With refine:
-//	           DescribeInstanceTypeOfferings (LocationType availability-zone-id) and, for spot,
-//	           DescribeSpotPriceHistory (Linux/UNIX, StartTime now); a failing call falls back
-//	           to the catalog.
+//	Plan       the embedded catalog (catalog.json, from AWS's Price List), and, unless the
+//	           request forbids reserved capacity, DescribeCapacityReservations per region
+//	           (state active, Linux/UNIX, default tenancy, the request's types) or, for a named
+//	           reservation, by id: one offer per usable reservation (reservations.go). With
+//	           refine: DescribeInstanceTypeOfferings (LocationType availability-zone-id) and,
+//	           for spot, DescribeSpotPriceHistory (Linux/UNIX, StartTime now). A failing call
+//	           falls back to the catalog, or plans without reservations.
 //	Prepare    DescribeVpcs (is-default) + DescribeSubnets (vpc-id, availability-zone-id,
 //	           default-for-az), or DescribeSubnets of the configured subnet;
 //	           the shared security group (below): nothing when it is remembered, else
@@ -37,7 +40,10 @@
 //	Create     RunInstances: one instance, ClientToken, NetworkInterfaces[0] with the subnet,
 //	           group and a public IP, KeyName, tags on instance and volume, base64 cloud-init
 //	           user-data, InstanceInitiatedShutdownBehavior terminate, IMDSv2, spot market
-//	           options for a spot offer, and Placement.GroupName for a compact cluster's node.
+//	           options for a spot offer, Placement.GroupName for a compact cluster's node,
+//	           CapacityReservationSpecification targeting the reservation of a reservation
+//	           offer (with the capacity-block market for a Capacity Block), or preference none
+//	           for a request that forbids reserved capacity.
 //	           InvalidGroup.NotFound (the shared group went since Prepare) is Transient and
 //	           matches provider.ErrSharedGone.
 //	Observe    DescribeInstances filtered on tag:gpuprov, tag:gpuprov-installation, the live
@@ -62,6 +68,8 @@
 //	           group; gone is success, InvalidPlacementGroup.InUse matches provider.ErrInUse.
 //	Diagnose   DescribeInstances by id (terminated instances included, with StateReason) and
 //	           DescribeInstanceStatus (IncludeAllInstances: status checks, scheduled events).
+//	Quotas     (provider.QuotaReader) Service Quotas GetServiceQuota, service code ec2, for
+//	           the P and G/VT on-demand and Spot vCPU quotas of the region (quotas.go).
 //
 // Every client makes exactly one attempt per call (RetryMaxAttempts 1): the
 // core is the only retry layer, and InsufficientInstanceCapacity, which

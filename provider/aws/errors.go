@@ -31,21 +31,23 @@ import (
 // Transient; a code missing here falls back to the status (see kindOf).
 var codeKinds = map[string]provider.ErrorKind{
 	// throttling and server-side trouble: retry
-	"RequestLimitExceeded":    provider.Transient, // server: the request rate was exceeded
-	"EC2ThrottledException":   provider.Transient,
-	"ThrottlingException":     provider.Transient, // SSM
-	"Throttling":              provider.Transient,
-	"InternalError":           provider.Transient, // server: "Retry your request"
-	"InternalFailure":         provider.Transient, // server: unknown error
-	"InternalServerError":     provider.Transient, // SSM
-	"ServerInternal":          provider.Transient, // server: "Retry your request"
-	"ServiceUnavailable":      provider.Transient, // server: temporary failure of the server
-	"Unavailable":             provider.Transient, // server: the server is overloaded
-	"RequestTimeout":          provider.Transient,
-	"RequestTimeoutException": provider.Transient,
-	"DependencyViolation":     provider.Transient, // a security group still used by an instance shutting down
-	"IncorrectState":          provider.Transient,
-	"IncorrectInstanceState":  provider.Transient,
+	"RequestLimitExceeded":     provider.Transient, // server: the request rate was exceeded
+	"EC2ThrottledException":    provider.Transient,
+	"ThrottlingException":      provider.Transient, // SSM
+	"Throttling":               provider.Transient,
+	"InternalError":            provider.Transient, // server: "Retry your request"
+	"InternalFailure":          provider.Transient, // server: unknown error
+	"InternalServerError":      provider.Transient, // SSM
+	"ServerInternal":           provider.Transient, // server: "Retry your request"
+	"ServiceUnavailable":       provider.Transient, // server: temporary failure of the server
+	"Unavailable":              provider.Transient, // server: the server is overloaded
+	"RequestTimeout":           provider.Transient,
+	"RequestTimeoutException":  provider.Transient,
+	"TooManyRequestsException": provider.Transient, // Service Quotas: throttled
+	"ServiceException":         provider.Transient, // Service Quotas: "something went wrong" (HTTP 500)
+	"DependencyViolation":      provider.Transient, // a security group still used by an instance shutting down
+	"IncorrectState":           provider.Transient,
+	"IncorrectInstanceState":   provider.Transient,
 	// a security group that does not exist, or whose id has not propagated
 	// yet: deleted since Prepare made or remembered it (CleanupShared of
 	// another process), which the next Prepare repairs. RunInstances turns
@@ -63,7 +65,6 @@ var codeKinds = map[string]provider.ErrorKind{
 	"InsufficientCapacity":                  provider.Capacity, // server: import instance capacity
 	"UnfulfillableCapacity":                 provider.Capacity, // not enough spare spot capacity
 	"SpotMaxPriceTooLow":                    provider.Capacity,
-	"ReservationCapacityExceeded":           provider.Capacity,
 	// account limits: block the region, or what codeScopes names
 	"InstanceLimitExceeded":              provider.Quota,
 	"VcpuLimitExceeded":                  provider.Quota,
@@ -95,6 +96,26 @@ var codeKinds = map[string]provider.ErrorKind{
 	// cannot join the group. DeletePlacementGroup's InUse (instances still
 	// in the group) is not this: it matches provider.ErrInUse (placement.go).
 	"InvalidPlacementGroup.InUse": provider.Unavailable,
+	// A launch into an On-Demand Capacity Reservation or a Capacity Block
+	// (reservations.go) that the reservation cannot take: it is full
+	// ("ReservationCapacityExceeded: The targeted Capacity Reservation does
+	// not [have] enough available instance capacity", client table), it is
+	// gone (cancelled or expired: InvalidCapacityReservationId.NotFound, the
+	// code hashicorp/terraform-provider-aws's internal/service/ec2/errors.go
+	// matches for a reservation that does not exist; not in the reference's
+	// table), or a Capacity Block has not started
+	// (InvalidCapacityReservationState.PendingActivation, client table).
+	// Nothing was created and the reservation's other offers, and the
+	// type's on-demand offers, are still tried: Unavailable blocks this
+	// offer alone. Never Capacity: a full reservation is not a stockout of
+	// the zone.
+	"ReservationCapacityExceeded":                       provider.Unavailable,
+	"InvalidCapacityReservationId.NotFound":             provider.Unavailable,
+	"InvalidCapacityReservationState.PendingActivation": provider.Unavailable,
+	// Service Quotas (quotas.go), "Common Errors" and GetServiceQuota's
+	// errors in the Service Quotas API Reference: a quota the region does not
+	// have. Quotas leaves such a quota out rather than failing.
+	"NoSuchResourceException": provider.Unavailable,
 	// the ask cannot be satisfied
 	"InvalidParameterValue":       provider.InvalidRequest,
 	"InvalidParameter":            provider.InvalidRequest,
@@ -116,6 +137,10 @@ var codeKinds = map[string]provider.ErrorKind{
 	"IdempotentParameterMismatch": provider.InvalidRequest,
 	"InvalidInstanceID.Malformed": provider.InvalidRequest,
 	"InvalidUserData.Malformed":   provider.InvalidRequest,
+	// a reservation id that is not one (terraform-provider-aws's
+	// errors.go as above); Plan asks only for ids of the cr- form
+	"InvalidCapacityReservationId.Malformed": provider.InvalidRequest,
+	"IllegalArgumentException":               provider.InvalidRequest, // Service Quotas: a bad argument
 	// credentials and account standing: abort, block the provider
 	"AuthFailure":                provider.Credentials,
 	"UnauthorizedOperation":      provider.Credentials,
@@ -125,7 +150,7 @@ var codeKinds = map[string]provider.ErrorKind{
 	"IncompleteSignature":        provider.Credentials,
 	"RequestExpired":             provider.Credentials,
 	"ExpiredToken":               provider.Credentials,
-	"AccessDeniedException":      provider.Credentials, // SSM
+	"AccessDeniedException":      provider.Credentials, // SSM, Service Quotas
 	"Blocked":                    provider.Credentials,
 	"PendingVerification":        provider.Credentials,
 	"AccountDisabled":            provider.Credentials,

@@ -33,6 +33,15 @@ const (
 	refServer = "errors-overview#api-error-codes-table-server"
 	refSSM    = "SSM API Reference, common errors"
 	refNone   = "not in the reference"
+	// refTerraform: the code hashicorp/terraform-provider-aws matches in
+	// internal/service/ec2/errors.go (errCodeInvalidCapacityReservationIdNotFound)
+	// and steampipe's aws_ec2_capacity_reservation table ignores as "not
+	// found"; the EC2 reference's table does not list it.
+	refTerraform = "terraform-provider-aws ec2/errors.go"
+	// refQuotas: the Service Quotas API Reference, GetServiceQuota's
+	// errors (AccessDeniedException, NoSuchResourceException,
+	// IllegalArgumentException, ServiceException, TooManyRequestsException).
+	refQuotas = "Service Quotas API Reference, GetServiceQuota errors"
 	// refODQuota: EC2 User Guide, "On-Demand Instance quotas": one vCPU
 	// quota per instance bucket and region (Running On-Demand G and VT
 	// instances, Running On-Demand P instances, …); VcpuLimitExceeded's
@@ -72,7 +81,6 @@ func TestClassify(t *testing.T) {
 		{"InsufficientCapacityOnHost", 400, provider.Capacity, provider.ScopeOffer, refClient + ": not enough capacity on the Dedicated Host"},
 		{"UnfulfillableCapacity", 400, provider.Capacity, provider.ScopeOffer, refClient + ": not enough spare capacity for Spot Instances"},
 		{"SpotMaxPriceTooLow", 400, provider.Capacity, provider.ScopeOffer, refClient + ": maximum price below the Spot price"},
-		{"ReservationCapacityExceeded", 400, provider.Capacity, provider.ScopeOffer, refClient + ": the targeted Capacity Reservation lacks capacity"},
 		// server errors: retry
 		{"RequestLimitExceeded", 503, provider.Transient, provider.ScopeOffer, refServer + ": maximum request rate exceeded; sleep between requests"},
 		{"InternalError", 500, provider.Transient, provider.ScopeOffer, refServer + ": an internal error; retry your request"},
@@ -112,6 +120,18 @@ func TestClassify(t *testing.T) {
 		{"VPCIdNotSpecified", 400, provider.Unavailable, provider.ScopeRegion, refClient + ": no default VPC"},
 		{"DefaultVpcDoesNotExist", 400, provider.Unavailable, provider.ScopeRegion, refClient + ": no default VPC"},
 		{"ParameterNotFound", 400, provider.Unavailable, provider.ScopeOffer, refSSM},
+		// a reservation that cannot take the launch blocks that offer, never
+		// Capacity (the contract: Offer.Reservation)
+		{"ReservationCapacityExceeded", 400, provider.Unavailable, provider.ScopeOffer, refClient + ": the targeted Capacity Reservation does not have enough available instance capacity"},
+		{"InvalidCapacityReservationState.PendingActivation", 400, provider.Unavailable, provider.ScopeOffer, refClient + ": your Capacity Block is not active yet"},
+		{"InvalidCapacityReservationId.NotFound", 400, provider.Unavailable, provider.ScopeOffer, refTerraform + ": a capacity reservation that does not exist (cancelled, expired)"},
+		{"InvalidCapacityReservationId.Malformed", 400, provider.InvalidRequest, provider.ScopeOffer, refTerraform + ": not a capacity reservation id"},
+		// Service Quotas (Quotas)
+		{"NoSuchResourceException", 400, provider.Unavailable, provider.ScopeOffer, refQuotas + ": the resource does not exist (a quota the region lacks)"},
+		{"AccessDeniedException", 400, provider.Credentials, provider.ScopeProvider, refQuotas + ": not permitted to perform the action"},
+		{"TooManyRequestsException", 400, provider.Transient, provider.ScopeOffer, refQuotas + ": throttled"},
+		{"ServiceException", 500, provider.Transient, provider.ScopeOffer, refQuotas + ": something went wrong"},
+		{"IllegalArgumentException", 400, provider.InvalidRequest, provider.ScopeOffer, refQuotas + ": invalid input"},
 		// the ask cannot be satisfied
 		{"InvalidParameterValue", 400, provider.InvalidRequest, provider.ScopeOffer, refCommon + ": a value is not valid"},
 		{"InvalidParameter", 400, provider.InvalidRequest, provider.ScopeOffer, refCommon + ": a parameter is not valid"},

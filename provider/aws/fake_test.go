@@ -48,6 +48,8 @@ type fakeEC2 struct {
 	ami       string              // SSM parameter value; "" answers ParameterNotFound
 	spot      map[string]string   // type|zone id → spot price
 	offered   map[string][]string // type → the zone ids that sell it; a type not here is sold everywhere
+	crs       []*fakeCR           // capacity reservations (fake_reservations_test.go)
+	quotas    map[string]float64  // region|quota code → Service Quotas value; absent: NoSuchResourceException
 }
 
 type fakeInstance struct {
@@ -95,6 +97,7 @@ const (
 	deleteTime = 40 * time.Second
 	ec2URL     = "https://ec2.test"
 	ssmURL     = "https://ssm.test"
+	quotasURL  = "https://quotas.test"
 	testAMI    = "ami-0123456789abcdef0"
 )
 
@@ -111,7 +114,7 @@ func newFakeEC2(t *testing.T, clk *clock.Fake) *fakeEC2 {
 
 // endpoint is the provider's test hook for this fake.
 func (f *fakeEC2) endpoint() aws.Endpoint {
-	return aws.Endpoint{URL: ec2URL, SSMURL: ssmURL, Client: &http.Client{Transport: f.tr},
+	return aws.Endpoint{URL: ec2URL, SSMURL: ssmURL, QuotasURL: quotasURL, Client: &http.Client{Transport: f.tr},
 		AccessKeyID: "AKIDTEST", SecretAccessKey: "secret-test"}
 }
 
@@ -186,7 +189,7 @@ func (f *fakeEC2) tick(in *fakeInstance) {
 	}
 }
 
-var credRE = regexp.MustCompile(`Credential=([^/]+)/\d{8}/([a-z0-9-]+)/(ec2|ssm)/aws4_request`)
+var credRE = regexp.MustCompile(`Credential=([^/]+)/\d{8}/([a-z0-9-]+)/(ec2|ssm|servicequotas)/aws4_request`)
 
 func (f *fakeEC2) serve(req *http.Request) (*http.Response, error) {
 	b, _ := io.ReadAll(req.Body)
@@ -196,9 +199,12 @@ func (f *fakeEC2) serve(req *http.Request) (*http.Response, error) {
 		return ec2Error(http.StatusUnauthorized, "AuthFailure", "no credentials"), nil
 	}
 	r := &fakeReq{Region: m[2], Header: req.Header.Clone()}
-	if req.URL.Host == "ssm.test" {
+	switch req.URL.Host {
+	case "ssm.test":
 		r.Action, r.Body = strings.TrimPrefix(req.Header.Get("X-Amz-Target"), "AmazonSSM."), string(b)
-	} else {
+	case "quotas.test":
+		r.Action, r.Body = strings.TrimPrefix(req.Header.Get("X-Amz-Target"), "ServiceQuotasV20190624."), string(b)
+	default:
 		form, err := url.ParseQuery(string(b))
 		if err != nil || req.Method != http.MethodPost || form.Get("Version") != "2016-11-15" {
 			f.t.Errorf("malformed EC2 request: %s %s %q", req.Method, req.URL, b)
@@ -215,7 +221,7 @@ func (f *fakeEC2) serve(req *http.Request) (*http.Response, error) {
 			if status == 0 {
 				status = documentedStatus(rule.Code)
 			}
-			if r.Action == "GetParameter" {
+			if r.Action == "GetParameter" || r.Action == "GetServiceQuota" {
 				return ssmError(status, rule.Code), nil
 			}
 			msg := documentedMessage(rule.Code, r)
@@ -267,6 +273,12 @@ func (f *fakeEC2) serve(req *http.Request) (*http.Response, error) {
 		return f.spotPrices(r), nil
 	case "DescribeInstanceTypeOfferings":
 		return f.offerings(r), nil
+	case "DescribeCapacityReservations":
+		return f.capacityReservations(r), nil
+	case "DescribeAvailabilityZones":
+		return f.availabilityZones(r), nil
+	case "GetServiceQuota":
+		return f.serviceQuota(r), nil
 	}
 	f.t.Errorf("fake EC2: unexpected action %q", r.Action)
 	return ec2Error(400, "InvalidAction", r.Action), nil
@@ -389,6 +401,9 @@ func (f *fakeEC2) runInstances(r *fakeReq) *http.Response {
 	}
 	pg := r.Form.Get("Placement.GroupName")
 	if resp := f.checkPlacement(r.Region, pg, zoneID); resp != nil {
+		return resp
+	}
+	if resp := f.takeReservation(r, zoneID); resp != nil {
 		return resp
 	}
 	ud, _ := base64.StdEncoding.DecodeString(r.Form.Get("UserData"))

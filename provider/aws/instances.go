@@ -48,7 +48,10 @@ func isASCII(s string) bool {
 // with the VM identity on the instance and its volumes, carrying the
 // cloud-init user-data (host key, authorized keys) and the idempotency
 // token, terminating itself on shutdown, on the spot market when the offer
-// is spot, in spec.PlacementGroup when it names one (Placement.GroupName).
+// is spot, in spec.PlacementGroup when it names one (Placement.GroupName),
+// into the offer's capacity reservation when it has one (an error saying
+// the reservation cannot take it is Unavailable, see reservationError),
+// and outside every open reservation for a request that forbids them.
 // A replay with the same token returns the same instance. A security group
 // that is gone (InvalidGroup.NotFound) is a Transient error matching
 // provider.ErrSharedGone (see groupGone).
@@ -98,6 +101,24 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 			SpotOptions: &types.SpotMarketOptions{SpotInstanceType: types.SpotInstanceTypeOneTime,
 				InstanceInterruptionBehavior: types.InstanceInterruptionBehaviorTerminate}}
 	}
+	switch {
+	case d.Reservation != "":
+		// Targeting by id works for open and targeted reservations alike
+		// (EC2 User Guide, "Launch instances into an existing Capacity
+		// Reservation"); a Capacity Block takes the capacity-block market
+		// type besides ("Launch instances using Capacity Blocks").
+		in.CapacityReservationSpecification = &types.CapacityReservationSpecification{
+			CapacityReservationTarget: &types.CapacityReservationTarget{CapacityReservationId: awssdk.String(d.Reservation)}}
+		if d.CapacityBlock {
+			in.InstanceMarketOptions = &types.InstanceMarketOptionsRequest{MarketType: types.MarketTypeCapacityBlock}
+		}
+	case d.NoReservation && !d.Spot:
+		// Without it EC2 runs a matching on-demand launch in an open
+		// reservation of the account (preference "open", its default),
+		// taking a slot the request said it must not take.
+		in.CapacityReservationSpecification = &types.CapacityReservationSpecification{
+			CapacityReservationPreference: types.CapacityReservationPreferenceNone}
+	}
 	var id string
 	err := p.call(ctx, "create", func(ctx context.Context) error {
 		out, e := p.ec2For(region).RunInstances(ctx, in)
@@ -109,6 +130,9 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	if IsCode(err, "InvalidGroup.NotFound") {
 		return "", p.groupGone(region, pr.SecurityGroup, err)
 	}
+	if err != nil && d.Reservation != "" {
+		return "", reservationError(err, d.Reservation)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -117,7 +141,8 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	}
 	p.remember(region, spec.VM, id)
 	p.log.Info("aws: created", "provider", p.name, "vm", spec.VM, "instance", id, "region", region,
-		"zone", offer.Location.Zone, "type", d.InstanceType, "spot", d.Spot, "placement_group", spec.PlacementGroup)
+		"zone", offer.Location.Zone, "type", d.InstanceType, "spot", d.Spot, "placement_group", spec.PlacementGroup,
+		"reservation", d.Reservation)
 	return id, nil
 }
 

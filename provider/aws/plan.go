@@ -29,6 +29,16 @@ type offerDetail struct {
 	ZoneID       string `json:"zone_id"`
 	Spot         bool   `json:"spot,omitempty"`
 	PriceSource  string `json:"price_source"`
+	// Reservation is the capacity reservation (cr-…) Create launches
+	// into, CapacityBlock whether it is a Capacity Block for ML (which
+	// RunInstances takes on the capacity-block market).
+	Reservation   string `json:"reservation,omitempty"`
+	CapacityBlock bool   `json:"capacity_block,omitempty"`
+	// NoReservation is set on the on-demand offers of a request that
+	// forbids reserved capacity: Create then tells EC2 not to use an open
+	// reservation (CapacityReservationPreference none), which it otherwise
+	// does silently for a matching launch.
+	NoReservation bool `json:"no_reservation,omitempty"`
 }
 
 // refinement is what live calls found in one region.
@@ -38,14 +48,21 @@ type refinement struct {
 }
 
 // Plan returns one offer per (instance type, region, zone, market) that
-// satisfies req, cheapest first. It works from the embedded catalog; with
-// Refine it asks EC2 which zones sell each type now and, for spot, the
-// current spot price, falling back to the catalog wherever a call fails.
-// Offline spot offers are priced at the on-demand price, which caps what a
-// spot instance can cost by default.
+// satisfies req, and one per capacity reservation of the account that
+// does, cheapest to launch first (a reservation adds nothing to the bill).
+// It works from the embedded catalog; with Refine it asks EC2 which zones
+// sell each type now and, for spot, the current spot price, falling back
+// to the catalog wherever a call fails. Offline spot offers are priced at
+// the on-demand price, which caps what a spot instance can cost by
+// default. Unless req forbids reserved capacity, it reads the account's
+// capacity reservations (reservations.go): one DescribeCapacityReservations
+// per region, or, for a named reservation, that one by id. Its only error
+// is the InvalidRequest of a named reservation that exists but cannot
+// serve req.
 func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provider.Offer, error) {
 	wantOD := req.Spot == provider.OnDemand || req.Spot == provider.SpotOrOnDemand
 	wantSpot := p.cfg.Spot && (req.Spot == provider.SpotOnly || req.Spot == provider.SpotOrOnDemand)
+	forbid := req.Reserved == provider.ForbidReserved && req.Reservation == ""
 	var candidates []InstanceType
 	for _, t := range p.cat.InstanceTypes {
 		o := provider.Offer{GPU: t.GPU, GPUCount: t.GPUCount, GPUMemoryGB: gpuMemoryGB(t)}
@@ -80,21 +97,31 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 			}
 			for _, z := range zones {
 				if wantOD {
-					offers = p.appendOffer(offers, req, t, region, z, ro.Price, false, priceCatalog)
+					d := offerDetail{InstanceType: t.InstanceType, ZoneID: z, PriceSource: priceCatalog, NoReservation: forbid}
+					offers = appendAccepted(offers, req, p.offer(t, region, z, ro.Price, false, d))
 				}
 				if wantSpot {
 					price, src := ro.Price, priceOnDemandCap
 					if sp, ok := ref.spot[t.InstanceType][z]; ok {
 						price, src = sp, priceSpotHistory
 					}
-					offers = p.appendOffer(offers, req, t, region, z, price, true, src)
+					d := offerDetail{InstanceType: t.InstanceType, ZoneID: z, Spot: true, PriceSource: src}
+					offers = appendAccepted(offers, req, p.offer(t, region, z, price, true, d))
 				}
 			}
 		}
 	}
+	if !forbid {
+		reserved, err := p.reservationOffers(ctx, req, candidates)
+		if err != nil {
+			return nil, err
+		}
+		offers = append(offers, reserved...)
+	}
 	slices.SortStableFunc(offers, func(a, b provider.Offer) int {
-		return cmp.Or(cmp.Compare(a.PricePerHour, b.PricePerHour), cmp.Compare(a.Location.Region, b.Location.Region),
-			cmp.Compare(a.Location.Zone, b.Location.Zone), cmp.Compare(a.InstanceType, b.InstanceType))
+		return cmp.Or(cmp.Compare(a.MarginalPrice(), b.MarginalPrice()), cmp.Compare(a.PricePerHour, b.PricePerHour),
+			cmp.Compare(a.Location.Region, b.Location.Region), cmp.Compare(a.Location.Zone, b.Location.Zone),
+			cmp.Compare(a.InstanceType, b.InstanceType))
 	})
 	return offers, nil
 }
@@ -118,14 +145,17 @@ func (p *Provider) planRegions(req *provider.ResourceRequest) []string {
 	return out
 }
 
-func (p *Provider) appendOffer(offers []provider.Offer, req *provider.ResourceRequest, t InstanceType,
-	region, zone string, price float64, spot bool, src string) []provider.Offer {
-	detail, _ := json.Marshal(offerDetail{InstanceType: t.InstanceType, ZoneID: zone, Spot: spot, PriceSource: src}) // plain struct: cannot fail
-	o := provider.Offer{
+// offer is the offer of type t in region and zone at price, with detail d.
+func (p *Provider) offer(t InstanceType, region, zone string, price float64, spot bool, d offerDetail) provider.Offer {
+	detail, _ := json.Marshal(d) // plain struct: cannot fail
+	return provider.Offer{
 		Provider: p.name, Location: provider.Location{Region: region, Zone: zone}, InstanceType: t.InstanceType,
 		GPU: t.GPU, GPUCount: t.GPUCount, GPUMemoryGB: gpuMemoryGB(t), VCPUs: t.VCPUs, MemoryGB: t.MemoryGiB,
 		PricePerHour: price, Spot: spot, Detail: detail, Family: quotaFamily(t.InstanceType),
 	}
+}
+
+func appendAccepted(offers []provider.Offer, req *provider.ResourceRequest, o provider.Offer) []provider.Offer {
 	if req.Accepts(&o) {
 		offers = append(offers, o)
 	}

@@ -20,7 +20,7 @@ func plan(t *testing.T, e *env, req provider.ResourceRequest) []provider.Offer {
 }
 
 // Offline Plan: the catalog's types, prices and zone ids, cheapest first,
-// no API call.
+// no API call but the reservations' (none here).
 func TestPlanOffline(t *testing.T) {
 	e := newEnv(t, awsConfig())
 	for _, tc := range []struct {
@@ -68,8 +68,21 @@ func TestPlanOffline(t *testing.T) {
 	if offers := plan(t, e, provider.ResourceRequest{GPU: "L4", GPUCount: 1, Spot: provider.SpotOnly}); len(offers) != 0 {
 		t.Fatalf("spot offers without spot configured: %+v", offers)
 	}
-	if reqs := e.f.requests(""); len(reqs) != 0 {
-		t.Fatalf("offline plan made %d API calls", len(reqs))
+	// Without refine, the only calls are the account's capacity
+	// reservations: one DescribeCapacityReservations per configured region
+	// for each plan whose GPU the catalog has (B200 too: p6-b200 is sold
+	// only reserved).
+	for _, r := range e.f.requests("") {
+		if r.Action != "DescribeCapacityReservations" {
+			t.Fatalf("offline plan called %s", r.Action)
+		}
+	}
+	before := len(e.f.requests(""))
+	if offers := plan(t, e, provider.ResourceRequest{GPU: "L4", GPUCount: 1, Reserved: provider.ForbidReserved}); len(offers) != 8 {
+		t.Fatalf("a plan forbidding reservations: %+v", offers)
+	}
+	if n := len(e.f.requests("")) - before; n != 0 {
+		t.Fatalf("a plan forbidding reservations made %d API calls", n)
 	}
 }
 

@@ -120,9 +120,14 @@ func build(types []aws.InstanceType, prices map[string]map[string]float64, zones
 			slices.Sort(z)
 			t.Regions[region] = aws.RegionOffer{Price: price, Zones: z}
 		}
-		if len(t.Regions) > 0 {
-			c.InstanceTypes = append(c.InstanceTypes, t)
+		if len(t.Regions) == 0 {
+			// Kept without regions: Plan offers it nowhere on demand, but
+			// describes a capacity reservation or Capacity Block of it
+			// (p5e and p6-b200 are sold mostly that way).
+			t.Note = "No on-demand Linux price with a zone in the Price List for the regions read: no on-demand offers; " +
+				"kept so that Plan can describe a capacity reservation of the type."
 		}
+		c.InstanceTypes = append(c.InstanceTypes, t)
 	}
 	slices.SortFunc(c.InstanceTypes, func(a, b aws.InstanceType) int {
 		if a.GPU != b.GPU {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,10 +67,16 @@ func TestTypeInfoAndBuild(t *testing.T) {
 	prices := map[string]map[string]float64{"g5.xlarge": {"us-east-1": 1.006, "eu-west-1": 1.123}, "p4de.24xlarge": {"us-east-1": 40.96575}}
 	zones := map[string]map[string][]string{"us-east-1": {"g5.xlarge": {"use1-az2", "use1-az1"}}, "eu-west-1": {"g5.xlarge": {"euw1-az1"}}}
 	c := build(infos, prices, zones, time.Date(2026, 5, 4, 0, 0, 0, 0, time.UTC))
-	if c.AsOf != "2026-05-04" || len(c.InstanceTypes) != 1 { // p4de has a price but no zone: left out
+	// p4de has a price but no zone: kept without regions (no on-demand
+	// offer; a reservation of it can still be described), saying so.
+	if c.AsOf != "2026-05-04" || len(c.InstanceTypes) != 2 {
 		t.Fatalf("built %+v", c)
 	}
-	g5 := c.InstanceTypes[0]
+	g5, _ := c.Lookup("g5.xlarge")
+	p4de, _ := c.Lookup("p4de.24xlarge")
+	if p4de.InstanceType != "p4de.24xlarge" || len(p4de.Regions) != 0 || !strings.Contains(p4de.Note, "no on-demand offers") {
+		t.Fatalf("p4de.24xlarge without a zone: %+v", p4de)
+	}
 	if g5.Regions["us-east-1"].Price != 1.006 || g5.Regions["us-east-1"].Zones[0] != "use1-az1" || len(g5.Regions) != 2 {
 		t.Fatalf("g5.xlarge entry %+v", g5)
 	}

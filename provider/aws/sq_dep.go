@@ -1,3 +1,0 @@
-package aws
-
-import _ "github.com/aws/aws-sdk-go-v2/service/servicequotas"
