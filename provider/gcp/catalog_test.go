@@ -59,10 +59,11 @@ var gpuFamilies = []gpuFamily{
 		leftOut: "the mirrored A100 80GB GPU rows disagree across regions by 2.4x and no second source was found"},
 	{name: "A3 Edge", accelerator: "nvidia-h100-80gb", prefix: "a3-edgegpu-",
 		leftOut: "the A3 High 8g shape at the A3 High price"},
-	{name: "A3 Ultra", accelerator: "nvidia-h200-141gb", prefix: "a3-ultragpu-",
-		leftOut: "reservation-bound, Flex-start or Spot only: no on-demand price to list"},
-	{name: "A4", accelerator: "nvidia-b200", prefix: "a4-highgpu-",
-		leftOut: "reservation-bound, Flex-start or Spot only, billed per GPU: no on-demand price to list"},
+	// A3 Ultra and A4 are sold through reservations, Flex-start and Spot
+	// (https://cloud.google.com/ai-hypercomputer/docs/consumption-models):
+	// listed reserved-only, without a price, for Plan's reservation offers.
+	{name: "A3 Ultra", accelerator: "nvidia-h200-141gb", prefix: "a3-ultragpu-", smallest: map[int]string{8: "a3-ultragpu-8g"}},
+	{name: "A4", accelerator: "nvidia-b200", prefix: "a4-highgpu-", smallest: map[int]string{8: "a4-highgpu-8g"}},
 	{name: "A4X", accelerator: "nvidia-gb200", prefix: "a4x-highgpu-",
 		leftOut: "reservation-bound only; GB200 has no canonical GPU entry"},
 	{name: "G4", accelerator: "nvidia-rtx-pro-6000", prefix: "g4-standard-",

@@ -54,6 +54,13 @@ func requestID(spec *provider.InstanceSpec) string {
 // placement takes only instances that terminate on host maintenance, as
 // every GPU VM here does, and only the machine series of compactSeries: an
 // N1 offer is refused as Unavailable before any call.
+//
+// A reservation offer launches into its reservation (reservationAffinity:
+// by name when the reservation is targeted, ANY_RESERVATION when it is
+// open); the offers of a request that forbids reserved capacity launch
+// with NO_RESERVATION. A reservation that is full, gone, not READY or
+// refuses the instance is Unavailable for that offer only (see
+// reservationRefusal), never Capacity.
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	var d offerDetail
 	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.MachineType == "" {
@@ -172,6 +179,7 @@ func (p *Provider) instance(offer *provider.Offer, d offerDetail, pr prepared, s
 		}},
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
 	}
+	in.ReservationAffinity = reservationAffinity(d)
 	if spec.PlacementGroup != "" {
 		// Compact placement requires onHostMaintenance TERMINATE, which
 		// sched already sets for every GPU VM.

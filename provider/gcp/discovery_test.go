@@ -33,6 +33,10 @@ var updateDiscovery = flag.Bool("update-discovery", false,
 // discoveryMethods are the methods whose requests the check reads.
 var discoveryMethods = [][2]string{{"instances", "insert"}, {"firewalls", "insert"}, {"firewalls", "update"}, {"resourcePolicies", "insert"}}
 
+// discoveryReads are the methods whose responses the adapter reads and the
+// test mock answers: Plan's reservation listing and Quotas' reads.
+var discoveryReads = [][2]string{{"reservations", "aggregatedList"}, {"regions", "get"}, {"projects", "get"}}
+
 // discoveryDoc is the part of a Google API Discovery document
 // (https://developers.google.com/discovery/v1/reference/apis) the check
 // reads.
@@ -53,6 +57,7 @@ type discoveryMethod struct {
 	FlatPath   string                 `json:"flatPath"`
 	Parameters map[string]*jsonSchema `json:"parameters"`
 	Request    *jsonSchema            `json:"request"`
+	Response   *jsonSchema            `json:"response"`
 }
 
 // jsonSchema is a discovery schema (a JSON Schema draft 3 subset).
@@ -101,8 +106,10 @@ func loadDiscovery(t *testing.T) *discoveryDoc {
 }
 
 // trimDiscovery keeps, of a full discovery document, its identity (id,
-// name, version, revision, root URL), its system parameters, the methods in discoveryMethods and
-// every schema their request bodies reach through $ref, each verbatim.
+// name, version, revision, root URL), its system parameters, the methods in
+// discoveryMethods and discoveryReads, and every schema their request
+// bodies (discoveryMethods) and responses (discoveryReads) reach through
+// $ref, each verbatim.
 func trimDiscovery(full []byte) ([]byte, error) {
 	var doc struct {
 		Resources map[string]struct {
@@ -125,7 +132,7 @@ func trimDiscovery(full []byte) ([]byte, error) {
 	resources := map[string]map[string]map[string]json.RawMessage{} // resource → "methods" → method →
 	schemas := map[string]json.RawMessage{}
 	var todo []string
-	for _, rm := range discoveryMethods {
+	for i, rm := range append(slices.Clone(discoveryMethods), discoveryReads...) {
 		raw := doc.Resources[rm[0]].Methods[rm[1]]
 		if raw == nil {
 			return nil, fmt.Errorf("no method %s.%s", rm[0], rm[1])
@@ -135,12 +142,17 @@ func trimDiscovery(full []byte) ([]byte, error) {
 		}
 		resources[rm[0]]["methods"][rm[1]] = raw
 		var m struct {
-			Request json.RawMessage `json:"request"`
+			Request  json.RawMessage `json:"request"`
+			Response json.RawMessage `json:"response"`
 		}
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return nil, err
 		}
-		todo = append(todo, refsIn(m.Request)...)
+		if i < len(discoveryMethods) {
+			todo = append(todo, refsIn(m.Request)...)
+		} else {
+			todo = append(todo, refsIn(m.Response)...)
+		}
 	}
 	for len(todo) > 0 {
 		n := todo[len(todo)-1]

@@ -30,7 +30,11 @@
 //
 //	Plan      the embedded catalog (catalog.json: machine types, GPUs, prices per
 //	          region, zones); with refine, acceleratorTypes.aggregatedList, falling
-//	          back to the catalog's zones when it fails
+//	          back to the catalog's zones when it fails; unless the request
+//	          forbids reserved capacity, reservations.aggregatedList for an offer
+//	          per READY reservation of a catalog shape
+//	Quotas    regions.get and projects.get: the GPU, vCPU and GPUS_ALL_REGIONS
+//	          quotas that bound the offers
 //	Prepare   firewalls.insert gpuprov-<vm> (INGRESS tcp:22 + open ports from the
 //	          sources, target tag gpuprov-<vm>) and, with restricted sources,
 //	          the installation's shared rule for the open ports (sourceTags =
@@ -39,7 +43,8 @@
 //	          globalOperations.get; images.getFromFamily
 //	Create    instances.insert (requestId, labels, tag, metadata user-data and
 //	          ssh-keys, scheduling, guestAccelerators for N1, resourcePolicies for a
-//	          compact cluster's node) + zoneOperations.get
+//	          compact cluster's node, reservationAffinity for a reservation offer
+//	          or a request that forbids reserved capacity) + zoneOperations.get
 //	          until DONE, bounded; the operation's error codes decide the kind;
 //	          alreadyExists → instances.get and adopt if the labels are ours
 //	Observe   instances.list in the zone, filter on both identity labels

@@ -135,6 +135,12 @@ func (p *Provider) classifyOp(op string, oe *OperationError) *provider.Error {
 func classifyOpError(name, op string, oe *OperationError) *provider.Error {
 	pe := &provider.Error{Kind: provider.Failed, Op: op, Provider: name, Err: oe}
 	for _, m := range oe.Messages {
+		if reservationRefusal(m) {
+			pe.Kind, pe.Block = provider.Unavailable, provider.ScopeOffer
+			return pe
+		}
+	}
+	for _, m := range oe.Messages {
 		if scope, ok := notOfferedScope(m); ok {
 			pe.Kind, pe.Block = provider.Unavailable, scope
 			return pe
@@ -277,6 +283,10 @@ func classifyError(name, op string, err error) *provider.Error {
 		return pe
 	}
 	pe.RetryAfter = f.retryAfter
+	if reservationRefusal(f.message) {
+		pe.Kind, pe.Block = provider.Unavailable, provider.ScopeOffer
+		return pe
+	}
 	if scope, ok := notOfferedScope(f.message); ok {
 		pe.Kind, pe.Block = provider.Unavailable, scope
 		return pe
@@ -378,3 +388,29 @@ func notFoundKind(msg string) (provider.ErrorKind, provider.Scope) {
 	}
 	return provider.Failed, provider.ScopeDefault
 }
+
+// reservationRefusalRE matches what Compute Engine answers an insert that
+// targets a reservation which cannot take it: the operation fails with
+// CONDITION_NOT_MET and one of these messages, as
+// kubernetes/autoscaler's GCE client classifies them
+// (cluster-autoscaler/cloudprovider/gce/autoscaling_gce_client.go and its
+// test): "Specified reservation 'r' does not have available resources for
+// the request." (full), "No available resources in specified reservations
+// 'r'" (none fits the instance), "Cannot insert instance to a reservation
+// with status: CREATING, as it requires reservation to be in READY state.",
+// "Specified reservation 'r' does not exist." / "Specified reservations [r]
+// do not exist." (deleted, or ended), "The reservation must exist in the
+// same project as the instance."; and the synchronous 400 for an open
+// reservation targeted by name, "Specified reservations [...] can not be
+// targeted as specificReservationRequired is not set" (skypilot-org/
+// skypilot#3327).
+var reservationRefusalRE = regexp.MustCompile(`(?i)specified reservations? .*(does not have available resources|do(es)? not exist|can not be targeted)` +
+	`|no available resources in specified reservations` +
+	`|requires reservation to be in READY state` +
+	`|reservation must exist in the same project`)
+
+// reservationRefusal reports whether msg says the targeted reservation
+// cannot take the instance. That is Unavailable for the reservation's offer
+// alone (its Key names the reservation), never Capacity: the zone and the
+// shape's on-demand offers are not out of anything.
+func reservationRefusal(msg string) bool { return reservationRefusalRE.MatchString(msg) }

@@ -153,6 +153,13 @@ type Provider struct {
 	images     *compute.ImagesClient
 	accelTypes *compute.AcceleratorTypesClient
 	policies   *compute.ResourcePoliciesClient // and, inside it, its region operations
+	// reservations, regions and projects serve Plan's reservation offers
+	// and Quotas.
+	reservations *compute.ReservationsClient
+	regions      *compute.RegionsClient
+	projects     *compute.ProjectsClient
+
+	now func() time.Time // WithClock; time.Now
 }
 
 // Option configures New.
@@ -170,6 +177,10 @@ func WithInstallation(id string) Option { return func(p *Provider) { p.installat
 func (p *Provider) BindInstallation(id string) error {
 	return provider.BindInstallation(&p.installation, id)
 }
+
+// WithClock sets the clock Plan reads to tell an ended reservation
+// (default time.Now): for tests.
+func WithClock(now func() time.Time) Option { return func(p *Provider) { p.now = now } }
 
 // WithLogger sets the logger (default: discard). User-data and credentials
 // never reach it.
@@ -205,9 +216,12 @@ func New(cfg Config, opts ...Option) (*Provider, error) {
 // "provider gcp: " on what the registry's factory returns. Its errors name
 // the config key at fault; nothing is created when it returns one.
 func build(cfg Config, opts ...Option) (*Provider, error) {
-	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler)}
+	p := &Provider{name: ID, cfg: cfg, log: slog.New(slog.DiscardHandler), now: time.Now}
 	for _, o := range opts {
 		o(p)
+	}
+	if p.now == nil {
+		p.now = time.Now
 	}
 	if p.name == "" {
 		p.name = ID
@@ -326,7 +340,16 @@ func (p *Provider) dial(ctx context.Context) error {
 	if p.accelTypes, err = compute.NewAcceleratorTypesRESTClient(ctx, p.clientOpts...); err != nil {
 		return err
 	}
-	p.policies, err = compute.NewResourcePoliciesRESTClient(ctx, p.clientOpts...)
+	if p.policies, err = compute.NewResourcePoliciesRESTClient(ctx, p.clientOpts...); err != nil {
+		return err
+	}
+	if p.reservations, err = compute.NewReservationsRESTClient(ctx, p.clientOpts...); err != nil {
+		return err
+	}
+	if p.regions, err = compute.NewRegionsRESTClient(ctx, p.clientOpts...); err != nil {
+		return err
+	}
+	p.projects, err = compute.NewProjectsRESTClient(ctx, p.clientOpts...)
 	return err
 }
 
@@ -350,6 +373,15 @@ func (p *Provider) Close() error {
 	}
 	if p.policies != nil {
 		errs = append(errs, p.policies.Close())
+	}
+	if p.reservations != nil {
+		errs = append(errs, p.reservations.Close())
+	}
+	if p.regions != nil {
+		errs = append(errs, p.regions.Close())
+	}
+	if p.projects != nil {
+		errs = append(errs, p.projects.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -393,4 +425,5 @@ var (
 	_ provider.Diagnoser        = (*Provider)(nil)
 	_ provider.Lister           = (*Provider)(nil)
 	_ provider.PlacementGrouper = (*Provider)(nil)
+	_ provider.QuotaReader      = (*Provider)(nil)
 )

@@ -87,8 +87,10 @@ func TestPlanFromEmbeddedCatalog(t *testing.T) {
 		offers[0].GPUMemoryGB != 24 || offers[0].Spot {
 		t.Fatalf("offers %d, first %+v", len(offers), offers[0])
 	}
-	if len(c.requests) != 0 {
-		t.Fatalf("plan without refine called the API: %+v", c.requests)
+	// Without refine, the only call is the reservation listing (a request
+	// that forbids reserved capacity makes none: TestForbidMakesNoReservationCall).
+	if len(c.requests) != 1 || c.requests[0].Path != "/compute/v1/projects/"+project+"/aggregated/reservations" {
+		t.Fatalf("plan without refine called the API beyond the reservation listing: %+v", c.requests)
 	}
 	// N1 shapes name their attached GPU and carry it in the detail.
 	t4, err := p.Plan(ctx, &provider.ResourceRequest{GPU: "T4", GPUCount: 4})

@@ -80,15 +80,36 @@ func (d *discoveryDoc) checkRequest(m *discoveryMethod, query url.Values, body [
 	return out
 }
 
-// walk checks v against s at path.
+// checkResponse checks an answer of method m (one of discoveryReads, as
+// the test mock gives it) against the method's response schema: every
+// field known, of the schema's JSON type and format, enums and patterns.
+// Output-only fields are what an answer holds, so they pass.
+func (d *discoveryDoc) checkResponse(m *discoveryMethod, body []byte) []violation {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return []violation{{"response", "not JSON: " + err.Error()}}
+	}
+	out := d.walk(responseOf+m.ID, v, m.Response, "response")
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// responseOf prefixes the method walk is given for a response.
+const responseOf = "response of "
+
+// walk checks v against s at path; method is the request's method, or
+// responseOf and the method for an answer.
 func (d *discoveryDoc) walk(method string, v any, s *jsonSchema, path string) []violation {
 	var out []violation
 	bad := func(format string, args ...any) { out = append(out, violation{path, fmt.Sprintf(format, args...)}) }
+	reading := strings.HasPrefix(method, responseOf)
 	// Field-level marks live on the property, before any $ref.
-	if s.ReadOnly || strings.HasPrefix(s.Description, "[Output Only]") {
+	if !reading && (s.ReadOnly || strings.HasPrefix(s.Description, "[Output Only]")) {
 		bad("output only; a request does not set it")
 	}
-	if s.Deprecated {
+	if !reading && s.Deprecated {
 		bad("deprecated")
 	}
 	if s.Ref != "" {
@@ -248,6 +269,7 @@ const (
 	srcPlacement   = "https://cloud.google.com/compute/docs/instances/placement-policies-overview#restrictions"
 	srcCompact     = "https://cloud.google.com/compute/docs/instances/use-compact-placement-policies"
 	srcCompactMT   = "https://cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy"
+	srcConsume     = "https://cloud.google.com/compute/docs/instances/reservations-consume"
 )
 
 // acceleratorSeries are the machine series whose machine types come with
@@ -306,7 +328,48 @@ var ipProtocols = []string{"tcp", "udp", "icmp", "esp", "ah", "ipip", "sctp"}
 
 var portSpecRE = regexp.MustCompile(`^(\d+)(?:-(\d+))?$`)
 
+// reservationNameRE is a reservation named in a reservationAffinity: its
+// name (RFC 1035, as every resource name) or projects/P/reservations/N for
+// a shared one (ReservationAffinity.values).
+var reservationNameRE = regexp.MustCompile(`^(?:projects/[a-z][-a-z0-9]*[a-z0-9]/reservations/)?[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$`)
+
 var bodyRules = []bodyRule{
+	{"compute.instances.insert", "a reservation is targeted by name, with its key", srcDiscovery + ` ReservationAffinity ("To target a ` +
+		`SPECIFIC_RESERVATION by name, specify googleapis.com/reservation-name as the key and specify the name of your reservation as ` +
+		`its value"); ` + srcConsume + ` ("key": "compute.googleapis.com/reservation-name", "values": ["RESERVATION_NAME"])`,
+		func(b map[string]any) []violation {
+			ra := sub(b, "reservationAffinity")
+			if ra == nil {
+				return nil
+			}
+			vals := list(ra, "values")
+			switch t := str(ra, "consumeReservationType"); {
+			case t == "SPECIFIC_RESERVATION":
+				var out []violation
+				if k := str(ra, "key"); k != "compute.googleapis.com/reservation-name" {
+					out = append(out, violation{"resource.reservationAffinity.key", fmt.Sprintf("%q is not the reservation-name key", k)})
+				}
+				if len(vals) != 1 {
+					return append(out, violation{"resource.reservationAffinity.values", fmt.Sprintf("%d values, want the one reservation", len(vals))})
+				}
+				if v, _ := vals[0].(string); !reservationNameRE.MatchString(v) {
+					out = append(out, violation{"resource.reservationAffinity.values[0]", fmt.Sprintf("%q is no reservation name", v)})
+				}
+				return out
+			case str(ra, "key") != "" || len(vals) > 0:
+				return []violation{{"resource.reservationAffinity", t + " names no reservation"}}
+			}
+			return nil
+		}},
+	{"compute.instances.insert", "a Spot VM consumes no reservation", srcConsume + ` (Limitations: "You can't consume a reservation to create ` +
+		`the following Compute Engine resources: Spot VMs or preemptible instances")`,
+		func(b map[string]any) []violation {
+			if str(sub(b, "scheduling"), "provisioningModel") == "SPOT" &&
+				str(sub(b, "reservationAffinity"), "consumeReservationType") == "SPECIFIC_RESERVATION" {
+				return []violation{{"resource.reservationAffinity", "a Spot VM targets a reservation"}}
+			}
+			return nil
+		}},
 	{"compute.instances.insert", "machine type given", srcDiscovery + ` Instance.machineType: "This is provided by the client when the instance is created."`,
 		func(b map[string]any) []violation {
 			if str(b, "machineType") == "" {

@@ -89,6 +89,8 @@ type cloud struct {
 	// echoAuth answers every call with this status and a body echoing the
 	// request's Authorization header, as some proxies do; 0 is off.
 	echoAuth int
+	// capacity holds the project's reservations and quotas (mock_capacity_test.go).
+	capacity capacity
 
 	requests []request
 }
@@ -156,6 +158,9 @@ func (c *cloud) serve(req *http.Request) (*http.Response, error) {
 			c.syncFaults[key] = fs[1:]
 			return apiErr(fs[0].Status, fs[0].Reason, fs[0].Message), nil
 		}
+	}
+	if r := c.serveCapacity(req.Method, parts[1:]); r != nil {
+		return r, nil
 	}
 	switch p := parts[1:]; {
 	case req.Method == "POST" && len(p) == 2 && p[0] == "global" && p[1] == "firewalls":
@@ -280,6 +285,9 @@ func (c *cloud) insert(zone, requestID string, body []byte) *http.Response {
 		if _, ok := c.policies[policyKey(rp)]; !ok {
 			return apiErr(404, "notFound", fmt.Sprintf("The resource '%s' was not found", rp))
 		}
+	}
+	if r := c.consumeReservation(zone, requestID, &in); r != nil {
+		return r
 	}
 	if fs := c.insertFaults[zone]; len(fs) > 0 {
 		c.insertFaults[zone] = fs[1:]

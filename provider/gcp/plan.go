@@ -38,6 +38,14 @@ type offerDetail struct {
 	// through guestAccelerators.
 	Accelerator string `json:"accelerator,omitempty"`
 	Count       int    `json:"count,omitempty"`
+	// Reservation is the reservation a reservation offer launches into;
+	// ReservationSpecific says only a launch naming it may use it.
+	Reservation         string `json:"reservation,omitempty"`
+	ReservationSpecific bool   `json:"reservation_specific,omitempty"`
+	// NoReservation is set on the offers of a request that forbids
+	// reserved capacity: Create then keeps the instance out of the
+	// project's open reservations (Create does not see the request).
+	NoReservation bool `json:"no_reservation,omitempty"`
 }
 
 // Plan lists the catalog's shapes that satisfy req as one offer per zone,
@@ -45,7 +53,14 @@ type offerDetail struct {
 // zones when req names no region. Spot offers appear only with Config.Spot
 // and a recorded Spot price. With Config.Refine it first asks the API which
 // zones offer each accelerator; if that fails it uses the catalog's zones.
-// It creates nothing.
+//
+// Unless req forbids reserved capacity (and names no reservation), it also
+// lists the project's reservations (reservations.aggregatedList, one call)
+// and offers each READY one of a catalog shape in those regions, full ones
+// included (see reservationOffers); a reservation req names that cannot
+// serve it is an InvalidRequest error naming it. A request that forbids
+// reserved capacity makes no such call, and its offers launch with
+// NO_RESERVATION. It creates nothing.
 func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provider.Offer, error) {
 	var live map[string]map[string]bool // accelerator type → zones
 	if p.cfg.Refine {
@@ -63,7 +78,7 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 	offers := []provider.Offer{}
 	for i := range p.catalog.MachineTypes {
 		m := &p.catalog.MachineTypes[i]
-		d := offerDetail{MachineType: m.Name}
+		d := offerDetail{MachineType: m.Name, NoReservation: req.Reserved == provider.ForbidReserved}
 		if m.Attached {
 			d.Accelerator, d.Count = m.AcceleratorType, m.GPUCount
 		}
@@ -95,8 +110,20 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 			}
 		}
 	}
+	if req.Reserved != provider.ForbidReserved || req.Reservation != "" {
+		reserved, err := p.reservationOffers(ctx, req, &r)
+		if err != nil {
+			return nil, err
+		}
+		for i := range reserved {
+			if r.Accepts(&reserved[i]) {
+				offers = append(offers, reserved[i])
+			}
+		}
+	}
 	slices.SortStableFunc(offers, func(a, b provider.Offer) int {
-		return cmp.Or(cmp.Compare(a.PricePerHour, b.PricePerHour), cmp.Compare(a.Location.Region, b.Location.Region),
+		return cmp.Or(cmp.Compare(a.MarginalPrice(), b.MarginalPrice()), cmp.Compare(a.PricePerHour, b.PricePerHour),
+			cmp.Compare(a.Location.Region, b.Location.Region),
 			cmp.Compare(a.Location.Zone, b.Location.Zone), strings.Compare(a.InstanceType, b.InstanceType))
 	})
 	return offers, nil

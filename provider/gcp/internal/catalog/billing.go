@@ -205,7 +205,9 @@ func Reprice(c *Catalog, pb PriceBook, source, retrieved string) (*Catalog, []st
 			spot, _ := pb.price(&m, "Preemptible", r.Region)
 			nm.Regions = append(nm.Regions, RegionPrice{Region: r.Region, Zones: r.Zones, OnDemand: od, Spot: spot})
 		}
-		if len(nm.Regions) > 0 {
+		// A reserved-only shape has no price to recompute; it is kept for
+		// the reservations Plan finds.
+		if len(nm.Regions) > 0 || m.ReservedOnly != "" {
 			out.MachineTypes = append(out.MachineTypes, nm)
 		}
 	}

@@ -47,6 +47,12 @@ type MachineType struct {
 	// Regions are the regions with a recorded price, and the zones in each
 	// that offer the shape.
 	Regions []RegionPrice `json:"regions"`
+	// ReservedOnly, when set, says why the shape has no list price to
+	// record (the vendor sells it through reservations, Flex-start and
+	// Spot, and publishes no citable price): it then has no Regions, is
+	// never offered on demand or as Spot, and is planned only into a
+	// reservation the account holds, with the reservation's zone.
+	ReservedOnly string `json:"reserved_only,omitempty"`
 }
 
 // SKURule names the SKUs that make up a shape's price: vCPUs × Core +
@@ -116,6 +122,9 @@ func (c *Catalog) Validate() error {
 		}
 		if m.GPUCount <= 0 || m.VCPUs <= 0 || m.MemoryGB <= 0 || m.GPUMemoryGB <= 0 {
 			return fmt.Errorf("catalog: %s: count, vCPUs, memory and GPU memory must be positive", key)
+		}
+		if m.ReservedOnly != "" && len(m.Regions) > 0 {
+			return fmt.Errorf("catalog: %s: a reserved-only shape lists no regions (it has no list price)", key)
 		}
 		for _, r := range m.Regions {
 			if r.OnDemand <= 0 || r.Spot < 0 || len(r.Zones) == 0 {
