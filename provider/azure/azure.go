@@ -40,6 +40,9 @@ type Provider struct {
 	own          *http.Client // the adapter's own HTTP client (without WithEndpoint)
 
 	vms   *armcompute.VirtualMachinesClient
+	crgs  *armcompute.CapacityReservationGroupsClient
+	crs   *armcompute.CapacityReservationsClient
+	usage *armcompute.UsageClient
 	nics  *armnetwork.InterfacesClient
 	ips   *armnetwork.PublicIPAddressesClient
 	nsgs  *armnetwork.SecurityGroupsClient
@@ -178,6 +181,15 @@ func (p *Provider) dial() error {
 	sub := p.cfg.SubscriptionID
 	var err error
 	if p.vms, err = armcompute.NewVirtualMachinesClient(sub, p.cred, opts); err != nil {
+		return err
+	}
+	if p.crgs, err = armcompute.NewCapacityReservationGroupsClient(sub, p.cred, opts); err != nil {
+		return err
+	}
+	if p.crs, err = armcompute.NewCapacityReservationsClient(sub, p.cred, opts); err != nil {
+		return err
+	}
+	if p.usage, err = armcompute.NewUsageClient(sub, p.cred, opts); err != nil {
 		return err
 	}
 	if p.nics, err = armnetwork.NewInterfacesClient(sub, p.cred, opts); err != nil {
@@ -345,4 +357,5 @@ var (
 	_ provider.CloudProvider = (*Provider)(nil)
 	_ provider.Diagnoser     = (*Provider)(nil)
 	_ provider.Lister        = (*Provider)(nil)
+	_ provider.QuotaReader   = (*Provider)(nil)
 )

@@ -2,6 +2,7 @@ package azure_test
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -36,6 +37,7 @@ func TestCatalogShapes(t *testing.T) {
 		"Standard_NC40ads_H100_v5":  {"H100-NVL", 1, 94, 40, 320},
 		"Standard_NC80adis_H100_v5": {"H100-NVL", 2, 94, 80, 640},
 		"Standard_ND96isr_H100_v5":  {"H100-80GB", 8, 80, 96, 1900},
+		"Standard_ND96isr_H200_v5":  {"H200", 8, 141, 96, 1850},
 		"Standard_ND96asr_v4":       {"A100-40GB", 8, 40, 96, 900},
 		"Standard_ND96amsr_A100_v4": {"A100-80GB", 8, 80, 96, 1900},
 		"Standard_NV36ads_A10_v5":   {"A10", 1, 24, 36, 440},
@@ -53,6 +55,7 @@ func TestCatalogShapes(t *testing.T) {
 		"Standard_NC80adis_H100_v5": "StandardNCadsH100v5Family", "Standard_ND96isr_H100_v5": "standardNDSH100v5Family",
 		"Standard_ND96asr_v4": "Standard NDASv4_A100 Family", "Standard_ND96amsr_A100_v4": "standard NDAMSv4_A100Family",
 		"Standard_NV36ads_A10_v5": "StandardNVADSA10v5Family", "Standard_NV72ads_A10_v5": "StandardNVADSA10v5Family",
+		"Standard_ND96isr_H200_v5": "standardNDISRH200V5Family",
 	}
 	seen := map[string]bool{}
 	for _, o := range offers {
@@ -66,13 +69,26 @@ func TestCatalogShapes(t *testing.T) {
 		if (shape{o.GPU, o.GPUCount, o.GPUMemoryGB, o.VCPUs, o.MemoryGB}) != w {
 			t.Fatalf("%s: %+v, want %+v", o.InstanceType, o, w)
 		}
-		if o.Spot && (o.InstanceType == "Standard_NC40ads_H100_v5" || o.InstanceType == "Standard_ND96isr_H100_v5") {
+		if o.Spot && (o.InstanceType == "Standard_NC40ads_H100_v5" || o.InstanceType == "Standard_ND96isr_H100_v5" ||
+			o.InstanceType == "Standard_ND96isr_H200_v5") {
 			t.Fatalf("a Spot offer for %s, whose Spot price the catalog does not vouch for", o.InstanceType)
 		}
 		seen[o.InstanceType] = true
 	}
 	if len(seen) != len(want) {
 		t.Fatalf("sizes offered %v", seen)
+	}
+	// ND H200 v5 at the Retail Prices API's pay-as-you-go figures
+	// (Azure/karpenter-provider-azure's generated price table, catalog.json's
+	// source), on demand only, and not in eastus, where none is listed.
+	h200s, _ := p.Plan(context.Background(), &provider.ResourceRequest{GPU: "H200", GPUCount: 8, Spot: provider.SpotOrOnDemand})
+	h200Prices := map[string]float64{}
+	for _, o := range h200s {
+		h200Prices[o.Location.Region] = o.PricePerHour
+	}
+	if want := map[string]float64{"centralus": 95.824, "eastus2": 84.8, "northcentralus": 101.76, "westus": 110.24, "westus2": 84.8,
+		"westus3": 84.8}; !maps.Equal(h200Prices, want) || len(h200s) != len(want) {
+		t.Fatalf("H200 offers %v, want %v", h200Prices, want)
 	}
 	t4s, _ := p.Plan(context.Background(), &provider.ResourceRequest{GPU: "T4", GPUCount: 1, Regions: []string{"eastus"}})
 	if len(t4s) == 0 || t4s[0].InstanceType != "Standard_NC4as_T4_v3" || t4s[0].PricePerHour != 0.526 {

@@ -125,18 +125,35 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 //     Spot capacity there, and stays Capacity;
 //   - a family quota blocks the family (provider.ScopeFamily) only when
 //     it names the offer's family (Offer.Family); another family's
-//     refusal blocks the offer.
+//     refusal blocks the offer;
+//   - for an offer that launches into a capacity reservation group, an
+//     allocation failure, or a refusal aimed at the VM's
+//     capacityReservation, is Unavailable for that offer (see
+//     reservationRefusal), never Capacity.
 func (p *Provider) classifyFor(op string, err error, offer *provider.Offer) *provider.Error {
 	pe := classifyError(p.name, op, err)
 	ae, ok := apiError(err)
 	switch {
 	case !ok:
+	case offer.Reservation != nil && reservationRefusal(pe, ae):
+		pe.Kind, pe.Block, pe.BlockFor = provider.Unavailable, provider.ScopeOffer, 0
 	case pe.Kind == provider.Capacity && IsCode(ae, "SkuNotAvailable") && !offer.Spot:
 		pe.Kind, pe.Block, pe.BlockFor = provider.Unavailable, provider.ScopeOffer, restrictedFor
 	case pe.Block == provider.ScopeFamily && !sameFamily(quotaFamily(ae), offer.Family):
 		pe.Block = provider.ScopeOffer
 	}
 	return p.seal(pe)
+}
+
+// reservationRefusal reports whether a failure of a VM that names a
+// capacity reservation group is the group's: an allocation failure (Azure
+// places a VM beyond what the group reserves as ordinary capacity, so a
+// group that is full fails only with the region's allocation codes), or a
+// refusal whose target is the VM's capacityReservation (a group deleted,
+// or without a reservation of the size or zone, since the plan). Either
+// blocks that offer only: the size's on-demand offers stay open.
+func reservationRefusal(pe *provider.Error, ae *APIError) bool {
+	return pe.Kind == provider.Capacity || strings.Contains(strings.ToLower(ae.Target), "capacityreservation")
 }
 
 // retagNIC sets the gpuprov-spot tag of the NIC Prepare made to offer's
@@ -226,6 +243,13 @@ func (p *Provider) machine(offer *provider.Offer, d offerDetail, pr prepared, sp
 	}
 	if z := zoneOf(offer.Location); z != "" {
 		vm.Zones = []*string{to(z)}
+	}
+	if d.ReservationGroup != "" {
+		// The VM draws on the group only because it names it; Azure picks
+		// the group's reservation of the VM's size and zone.
+		vm.Properties.CapacityReservation = &armcompute.CapacityReservationProfile{
+			CapacityReservationGroup: &armcompute.SubResource{ID: to(d.ReservationGroup)},
+		}
 	}
 	if offer.Spot {
 		vm.Properties.Priority = to(armcompute.VirtualMachinePriorityTypesSpot)

@@ -31,7 +31,11 @@
 // Primitives and the ARM calls they make:
 //
 //	Plan      the embedded catalog (catalog.json: sizes, GPUs, pay-as-you-go and
-//	          Spot prices per region); no call
+//	          Spot prices per region); for a request that names a capacity
+//	          reservation group, GET capacityReservationGroups (the
+//	          subscription's), then the group's capacityReservations and the
+//	          group with $expand=instanceView (reserve.go)
+//	Quotas    GET locations/<region>/usages: regional, Spot and family vCPUs
 //	Prepare   PUT resourcegroups/gpuprov-<installation>-<region> (default resource
 //	          group; once per process), GET+PUT virtualNetworks/gpuprov-<region>
 //	          (once; both made again when the group was deleted), PUT

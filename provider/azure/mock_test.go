@@ -131,6 +131,11 @@ type cloud struct {
 	// deleted (with everything in it) just before it arrives.
 	dropOnVMPut string
 
+	// resGroups are the subscription's capacity reservation groups; usages
+	// the Compute usages list per region (mock_capacity_test.go).
+	resGroups []*group
+	usages    map[string][]map[string]any
+
 	requests []request
 }
 
@@ -245,6 +250,9 @@ func (c *cloud) serve(req *http.Request) (*http.Response, error) {
 		return armErr(req, 404, "SubscriptionNotFound", "The subscription '"+seg[1]+"' could not be found."), nil
 	}
 	seg = seg[2:]
+	if resp, ok := c.serveCapacity(req, seg); ok {
+		return resp, nil
+	}
 	switch {
 	case len(seg) == 5 && seg[0] == "providers" && seg[2] == "locations" && seg[4] == "operations":
 		return armErr(req, 404, "NotFound", "no route "+route), nil
@@ -540,6 +548,7 @@ func (c *cloud) remove(k string) {
 	if r.diskDelete {
 		delete(c.res, key(typDisk, r.rg, r.diskName))
 	}
+	c.release(c.resourceID(typVM, r.rg, r.name))
 	if nic := c.byID(r.nicID); nic != nil {
 		delete(obj(nic.obj, "properties"), "virtualMachine")
 		if c.nicReserved > 0 {

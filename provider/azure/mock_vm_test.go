@@ -79,6 +79,10 @@ func (c *cloud) putVM(req *http.Request, rg, name string, in map[string]any, old
 		url := c.newOp(req, typVM, loc, nil)
 		return respond(req, 200, c.vmJSON(old, false), "Azure-AsyncOperation", url)
 	}
+	slot, refused := c.reservationFor(req, loc, in)
+	if refused != nil {
+		return refused
+	}
 	if fs := c.createFaults[strings.ToLower(loc)]; len(fs) > 0 {
 		c.createFaults[strings.ToLower(loc)] = fs[1:]
 		if f := fs[0]; !f.Async {
@@ -93,6 +97,9 @@ func (c *cloud) putVM(req *http.Request, rg, name string, in map[string]any, old
 		}
 	}
 	r := c.newVM(rg, name, in, nicID, cd)
+	if slot != nil {
+		slot.allocated = append(slot.allocated, c.resourceID(typVM, rg, name))
+	}
 	u := c.newOp(req, typVM, loc, func() {
 		if r.provState == "Creating" {
 			r.provState, r.power = "Succeeded", "starting"

@@ -31,6 +31,9 @@ func CatalogInfo() (source, retrieved string) {
 // offerDetail is Offer.Detail: what Create needs.
 type offerDetail struct {
 	Size string `json:"size"`
+	// ReservationGroup is the resource id of the capacity reservation
+	// group a reservation offer launches into; empty: none.
+	ReservationGroup string `json:"reservation_group,omitempty"`
 }
 
 // Plan lists the catalog's sizes that satisfy req, one offer per region
@@ -38,13 +41,43 @@ type offerDetail struct {
 // only with Config.Spot and a recorded Spot price), cheapest first, then
 // by region, zone and size. Each offer's Family is the size's vCPU quota
 // family from the catalog, which a family quota refusal blocks. It creates
-// nothing and calls nothing.
+// nothing.
+//
+// For a request that names a reservation (req.Reservation, the name of a
+// capacity reservation group), it also reads that group and offers its
+// reservations that fit (see reservationOffers); a group found that does
+// not fit is an InvalidRequest error naming it. A failure to read the
+// groups is logged and leaves the on-demand offers alone. Any other
+// request makes no call: every Azure group is targeted, and Reserved
+// "forbid" needs nothing of Create, since a VM uses a group only when it
+// names it.
 func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provider.Offer, error) {
 	r := *req
 	if len(r.Regions) == 0 {
 		r.Regions = p.cfg.Regions
 	}
 	offers := []provider.Offer{}
+	if r.Reservation != "" && r.Spot != provider.SpotOnly { // Spot VMs cannot use capacity reservations
+		regions := r.Regions
+		if len(regions) == 0 {
+			regions = p.regions()
+		}
+		reserved, err, readErr := p.reservationOffers(ctx, &r, regions)
+		switch {
+		case err != nil:
+			return nil, err
+		case readErr != nil && ctx.Err() != nil:
+			return nil, readErr
+		case readErr != nil:
+			p.log.Warn("azure: capacity reservation groups not read; planning without them", "provider", p.name,
+				"reservation", r.Reservation, "err", p.maskErr(readErr))
+		}
+		for _, o := range reserved {
+			if r.Accepts(&o) {
+				offers = append(offers, o)
+			}
+		}
+	}
 	for _, s := range p.catalog.Sizes {
 		detail, err := json.Marshal(offerDetail{Size: s.Name})
 		if err != nil {
