@@ -201,6 +201,13 @@ type ResourceRequest struct {
 	// zone or has ended (one it does not know: no offer, no error).
 	Reserved    ReservedPolicy `json:"reserved,omitempty"`
 	Reservation string         `json:"reservation,omitempty"`
+	// FlexStart, when positive, asks for queued capacity (GCP's
+	// flex-start, the sim's flex queue): the cloud holds the create in its
+	// queue until it finds capacity, then runs the instance for at most
+	// this long and deletes it. Only a provider whose Capabilities.FlexStart
+	// is true is asked; it returns only offers that queue, each with
+	// MaxRunDuration set to FlexStart.
+	FlexStart time.Duration `json:"flex_start,omitempty"`
 }
 
 // Accepts reports whether o satisfies r in the fields every cloud shares
@@ -220,6 +227,9 @@ func (r *ResourceRequest) Accepts(o *Offer) bool {
 		return false
 	}
 	if !r.acceptsReservation(o) {
+		return false
+	}
+	if (r.FlexStart > 0) != (o.MaxRunDuration > 0) {
 		return false
 	}
 	switch r.Spot {
@@ -308,6 +318,13 @@ type Offer struct {
 	// Create error of kind Unavailable: it blocks this offer only, not the
 	// shape's on-demand offers.
 	Reservation *Reservation `json:"reservation,omitempty"`
+	// MaxRunDuration, when positive, marks an offer that queues (a
+	// flex-start offer): the create waits in the cloud's queue, reported
+	// by Observe with Queued set, and the cloud deletes the instance this
+	// long after it starts running. The core counts the queue against the
+	// launch's deadline, not the boot timeout, and ends the VM's leash
+	// before the cloud's.
+	MaxRunDuration time.Duration `json:"max_run_duration,omitempty"`
 	// Detail is the adapter's private data for Create (vendor ids such as an
 	// image, a socket or a data center id). The core journals it as is.
 	Detail json.RawMessage `json:"detail,omitempty"`
@@ -324,6 +341,9 @@ func (o *Offer) Key() string {
 	k := fmt.Sprintf("%s|%s|%s|%s|%s", o.Provider, o.Location.Region, o.Location.Zone, o.InstanceType, spot)
 	if o.Reservation != nil {
 		k += "|res:" + o.Reservation.ID
+	}
+	if o.MaxRunDuration > 0 {
+		k += "|flex"
 	}
 	return k
 }
@@ -459,6 +479,11 @@ type Observed struct {
 	// Host is the cloud's id of the machine the instance runs on, where
 	// the cloud exposes one; empty otherwise.
 	Host string `json:"host,omitempty"`
+	// Queued says the instance (status pending) waits in the cloud's
+	// queue for capacity, as a flex-start create does; VendorStatus says
+	// the cloud's own word for it. The core's boot timeout starts when it
+	// leaves the queue.
+	Queued bool `json:"queued,omitempty"`
 }
 
 // Feature is something a cloud may not support.
@@ -518,6 +543,11 @@ type Capabilities struct {
 	// Create honours InstanceSpec.PlacementGroup. Without it, a compact
 	// cluster is not planned on the provider.
 	CompactPlacement bool
+	// FlexStart says Plan answers a ResourceRequest.FlexStart with offers
+	// that queue (Offer.MaxRunDuration) and Observe reports a queued
+	// instance (Observed.Queued). Without it, a flex-start request is not
+	// planned on the provider.
+	FlexStart bool
 }
 
 // PlacementGrouper is a provider that can place a cluster's instances close
