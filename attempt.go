@@ -53,7 +53,7 @@ func (d *driver) runAttempt(ctx context.Context, a *journal.Attempt, resumed boo
 			pctx, sp := d.p.child(ctx, phaseSpan, PhaseCreate)
 			err = d.create(pctx, pp, &offer, a, resumed)
 			endSpan(sp, err)
-		case PhaseBoot:
+		case PhaseBoot, PhaseQueued:
 			pctx, sp := d.p.child(ctx, phaseSpan, PhaseBoot)
 			err = d.boot(pctx, pp, a)
 			endSpan(sp, err)
@@ -454,9 +454,16 @@ func pickInstance(obs []provider.Observed, known []string) *provider.Observed {
 }
 
 // boot polls Observe until the instance runs with an SSH endpoint, within
-// the provider's BootTimeout counted from the create.
+// the provider's BootTimeout counted from the create, or, for an instance
+// that waits in the cloud's queue (provider.Observed.Queued), from when it
+// leaves it: the queue is bounded by the launch's deadline alone. Entering
+// and leaving the queue are journaled (phase queued, then boot), so a
+// process that takes the VM over knows it waits.
 func (d *driver) boot(ctx context.Context, pp *paced, a *journal.Attempt) error {
 	bootEnd := a.CreateSent.Add(pp.caps.BootTimeout)
+	if a.Phase == PhaseQueued {
+		bootEnd = d.now().Add(pp.caps.BootTimeout)
+	}
 	for {
 		obs, err := d.observe(ctx, pp, a)
 		if err != nil && (provider.KindOf(err) != provider.Transient || context.Cause(ctx) != nil) {
@@ -477,7 +484,25 @@ func (d *driver) boot(ctx context.Context, pp *paced, a *journal.Attempt) error 
 					return err
 				}
 				continue
+			case inst.Queued:
+				bootEnd = d.now().Add(pp.caps.BootTimeout)
+				if a.Phase != PhaseQueued {
+					msg := fmt.Sprintf("%s waits for capacity in %s's queue (vendor status %q)", inst.ID, a.Provider, inst.VendorStatus)
+					if err := d.setPhase(ctx, a, PhaseQueued, d.event(EvQueued, a, msg)); err != nil {
+						return err
+					}
+				}
+			case a.Phase == PhaseQueued && inst.Status != provider.StatusFailed:
+				// Out of the queue: the boot timeout runs from now.
+				bootEnd = d.now().Add(pp.caps.BootTimeout)
+				if err := d.setPhase(ctx, a, PhaseBoot); err != nil {
+					return err
+				}
+				continue
 			case inst.Status == provider.StatusRunning && inst.SSH != nil:
+				if d.running.IsZero() {
+					d.running = d.seen
+				}
 				d.row.SSHHost, d.row.SSHPort, d.row.SSHUser = inst.SSH.Host, inst.SSH.Port, inst.SSH.User
 				d.row.HostKey = a.HostKey
 				a.Host = cmp.Or(inst.Host, a.Host)

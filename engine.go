@@ -17,9 +17,13 @@ import (
 
 // Phases of an attempt, as journaled in VM.Phase and Attempt.Phase.
 const (
-	PhasePrepare   = "prepare"
-	PhaseCreate    = "create"
-	PhaseBoot      = "boot"
+	PhasePrepare = "prepare"
+	PhaseCreate  = "create"
+	PhaseBoot    = "boot"
+	// PhaseQueued is boot while the instance waits in the cloud's queue
+	// for capacity (a flex-start create, Request.FlexStart): the launch's
+	// deadline bounds it, not the provider's boot timeout.
+	PhaseQueued    = "queued"
 	PhaseConnect   = "connect"
 	PhaseAccept    = "accept"
 	PhaseBootstrap = "bootstrap"
@@ -78,6 +82,9 @@ type driver struct {
 	planSince time.Time
 	released  bool      // the last write freed the lease
 	seen      time.Time // when the last observation used started
+	// running is when boot first saw the instance running (zero: not in
+	// this process); a flex-start VM's leash counts from it.
+	running time.Time
 	// intent is a teardown intent that waits for the teardown's first
 	// mutation, or joins its torn-down confirmation (see teardown).
 	intent *journal.Step

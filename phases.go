@@ -1,6 +1,7 @@
 package gpuprov
 
 import (
+	"cmp"
 	"context"
 	"encoding/pem"
 	"fmt"
@@ -101,12 +102,26 @@ func (d *driver) nodePhases(ctx context.Context, a *journal.Attempt) error {
 	return d.ready(ctx, a)
 }
 
+// runEnd is when the leash of an instance that the cloud deletes run after
+// it started running (a flex-start VM's maxRunDuration) ends: a margin
+// before the cloud's end (a tenth of the run, at most 10 minutes), so the
+// VM is deleted by gpuprov, through its teardown, rather than killed.
+func runEnd(run time.Duration, started time.Time) time.Time {
+	return started.Add(run - min(run/10, 10*time.Minute))
+}
+
 // ready marks the attempt succeeded and the VM ready.
 func (d *driver) ready(ctx context.Context, a *journal.Attempt) error {
 	now := d.now()
 	a.Phase, a.State, a.EndedAt = "", journal.AttemptSucceeded, now
 	d.row.State, d.row.Phase, d.row.ReadyAt, d.row.LastError, d.row.LastErrorKind = journal.StateReady, "", now, "", ""
 	d.row.NextTry, d.row.ExpiresAt = time.Time{}, expiry(&d.req, now, d.row.PricePerHour)
+	var o provider.Offer
+	if jsonUnmarshal(a.Offer, &o) == nil && o.MaxRunDuration > 0 {
+		if end := runEnd(o.MaxRunDuration, cmp.Or(d.running, now)); d.row.ExpiresAt.IsZero() || end.Before(d.row.ExpiresAt) {
+			d.row.ExpiresAt = end
+		}
+	}
 	msg := fmt.Sprintf("%s in %v", d.row.InstanceID, now.Sub(d.row.CreatedAt).Round(1e6))
 	if !d.row.ExpiresAt.IsZero() {
 		msg += fmt.Sprintf("; expires at %s", d.row.ExpiresAt.UTC().Format(time.RFC3339))

@@ -275,6 +275,10 @@ func (p *Provisioner) planOnce(ctx context.Context, req *Request, names []string
 			refused[n] = provider.Errorf(provider.InvalidRequest, n, "plan", "cannot put the request's labels on its resources")
 			continue
 		}
+		if req.FlexStart > 0 && !p.providers[n].caps.FlexStart {
+			refused[n] = provider.Errorf(provider.InvalidRequest, n, "plan", "cannot queue a flex-start request")
+			continue
+		}
 		if len(req.SourceRanges) > 0 && !p.providers[n].caps.Supports(provider.FeatureSourceRanges) {
 			refused[n] = provider.Errorf(provider.InvalidRequest, n, "plan", "cannot restrict who may connect to the request's source ranges")
 			continue

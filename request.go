@@ -139,6 +139,16 @@ type Request struct {
 	// is for another shape or zone, or that has ended is an error at plan
 	// time naming it; nothing else is planned.
 	Reservation string `json:"reservation,omitempty"`
+	// FlexStart, when positive, asks for queued capacity (GCP's
+	// flex-start, the sim's flex queue) that runs for at most this long:
+	// the create waits in the cloud's queue (phase queued, journaled, so
+	// Recover goes on waiting after a crash) until the cloud finds capacity
+	// or Timeout ends the launch, and the cloud deletes the machine this
+	// long after it starts. gpuprov deletes it a little earlier (a tenth of
+	// the run, at most 10 minutes), through its teardown, as it does with a
+	// TTL. Only providers that can queue are planned; set a Timeout that
+	// fits the queue.
+	FlexStart time.Duration `json:"flex_start,omitempty"`
 
 	// Rank orders the planned offers: RankPrice (list price, the default)
 	// or RankExpectedCost (the expected cost of a usable machine, from the
@@ -172,6 +182,10 @@ type Acceptance struct {
 
 // MaxAcceptanceCommand is the longest Acceptance.Command accepted.
 const MaxAcceptanceCommand = 4096
+
+// MaxFlexStart is the longest Request.FlexStart accepted; each cloud
+// bounds it further (GCP: 7 days).
+const MaxFlexStart = 30 * 24 * time.Hour
 
 // DefaultTimeout bounds a launch whose Request has no Timeout.
 const DefaultTimeout = 20 * time.Minute
@@ -292,6 +306,12 @@ func (r *Request) normalize(known map[string]bool) error {
 	if r.RankHorizon < 0 {
 		return &RequestError{"rank_horizon", "negative"}
 	}
+	if r.FlexStart < 0 || r.FlexStart > MaxFlexStart {
+		return &RequestError{"flex_start", fmt.Sprintf("%v is not between 0 and %v", r.FlexStart, MaxFlexStart)}
+	}
+	if r.FlexStart > 0 && r.Spot == provider.SpotOnly {
+		return &RequestError{"flex_start", "queued capacity is not spot: ask for one or the other"}
+	}
 	if !r.Reserved.Valid() {
 		return &RequestError{"reserved", fmt.Sprintf("%q: want \"\" (prefer), %q or %q", r.Reserved, provider.RequireReserved, provider.ForbidReserved)}
 	}
@@ -329,6 +349,6 @@ func (r *Request) resources() *provider.ResourceRequest {
 		GPU: r.GPU, GPUCount: r.GPUCount, MinGPUMemoryGB: r.MinGPUMemoryGB,
 		MaxPricePerHour: r.MaxPricePerHour, Spot: r.Spot, Regions: r.Regions, Image: r.Image,
 		MinVCPUs: r.MinVCPUs, MinMemoryGB: r.MinMemoryGB, DiskGB: r.DiskGB, Zones: r.Zones,
-		Reserved: r.Reserved, Reservation: r.Reservation,
+		Reserved: r.Reserved, Reservation: r.Reservation, FlexStart: r.FlexStart,
 	}
 }

@@ -46,6 +46,7 @@ const (
 	EvTeardown      = "teardown"        // an attempt's teardown starts
 	EvTornDown      = "torn-down"       // an attempt's instances are confirmed gone
 	EvTeardownError = "teardown-error"  // a teardown could not finish
+	EvQueued        = "queued"          // the instance waits in the cloud's queue for capacity (its vendor status)
 	EvReady         = "ready"           // the VM is ready
 	EvFailed        = "failed"          // the launch failed; all it started is gone
 	EvDeleting      = "deleting"        // deletion of the VM starts

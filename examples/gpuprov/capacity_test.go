@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestCLIReservationThenOnDemand is the issue's scene through the CLI and
@@ -64,6 +66,58 @@ limit = 0
 	}
 	if last < 0 || items[last].Reservation == nil || items[last].Reservation.Free != 0 || items[last].Marginal != 0 || items[last].Price != 2.49 {
 		t.Fatalf("offers -o json = %+v; want the full reservation last of the offers tried, $0 marginal, $2.49 list", items)
+	}
+	c.ok("down", "--all")
+}
+
+// TestCLIFlexStartSurvivesSIGKILL: `up --flex-start 2h` queues in sim-a's
+// flex-start queue (4 s here); killed with SIGKILL while queued, it leaves
+// the VM queued in the journal and one queued instance; `recover` goes on
+// waiting and the VM becomes ready with its leash set 2h − 10m after the
+// instance started running.
+func TestCLIFlexStartSurvivesSIGKILL(t *testing.T) {
+	c := newCLIEnv(t)
+	sim := startSim(t, c, simCloud("sim-b", "300ms")+simCloud("sim-a", "300ms")+`flex_queue = "4s"
+`)
+	c.writeConfig(sim.config)
+
+	up := c.command("up", "--gpu", "h100", "--name", "flex-1", "--flex-start", "2h", "--timeout", "60s", "--no-accept")
+	var upOut strings.Builder
+	up.Stdout, up.Stderr = &upOut, &upOut
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- up.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		vms := listJSON(t, c)
+		if len(vms) == 1 && vms[0].Phase == "queued" {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = up.Process.Kill()
+			<-waited
+			t.Fatalf("flex-1 never reached phase queued: %+v\nup printed:\n%s", vms, upOut.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := up.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-waited
+	if live := sim.live(t); len(live) != 1 || live[0].Status != "queued" {
+		t.Fatalf("after the kill the sim runs %+v, want one queued instance", live)
+	}
+	if r := c.ok("recover"); !strings.Contains(r.stdout, "flex-1") {
+		t.Errorf("recover did not resume flex-1:\n%s", r.stdout)
+	}
+	vms := listJSON(t, c)
+	if len(vms) != 1 || vms[0].State != "ready" || vms[0].Left == nil || *vms[0].Left < (110*time.Minute-time.Minute).Seconds() || *vms[0].Left > (110*time.Minute).Seconds() {
+		t.Fatalf("after recover: %+v; want flex-1 ready with about 1h50m of leash left", vms)
+	}
+	if live := sim.live(t); len(live) != 1 {
+		t.Fatalf("after recover the sim runs %+v, want the one instance", live)
 	}
 	c.ok("down", "--all")
 }

@@ -53,6 +53,7 @@ type upFlags struct {
 	rank        string
 	reserved    string
 	reservation string
+	flexStart   time.Duration
 	noAccept    bool
 	dcgm        int
 	acceptCmd   string
@@ -142,7 +143,7 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 		WaitForCapacity: f.wait, TTL: f.ttl, MaxCost: f.maxCost,
 		Acceptance: gpuprov.Acceptance{Skip: f.noAccept, DCGM: f.dcgm, Command: f.acceptCmd, Ignore: f.ignore},
 		Rank:       gpuprov.Rank(f.rank),
-		Reserved:   provider.ReservedPolicy(f.reserved), Reservation: f.reservation,
+		Reserved:   provider.ReservedPolicy(f.reserved), Reservation: f.reservation, FlexStart: f.flexStart,
 		MinVCPUs: f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB, SourceRanges: f.allowFrom,
 	}
 	for _, kv := range f.labels {
@@ -218,6 +219,7 @@ func addNeedsFlags(fl *pflag.FlagSet, f *upFlags) {
 	fl.StringArrayVar(&f.labels, "label", nil, "KEY=VALUE label on every resource of the VM (repeatable; lowercase, at most 63 characters)")
 	fl.StringVar(&f.rank, "rank", "price", "order offers by list price, or by expected-cost of a usable machine (from the journal's history of each offer)")
 	fl.StringVar(&f.reserved, "reserved", "", "capacity the account holds (reservations): empty to use it first where it fits, require to use nothing else, forbid to leave it alone")
+	fl.DurationVar(&f.flexStart, "flex-start", 0, "queue for capacity (GCP flex-start, the sim's flex queue) and run at most this long: the launch waits in the cloud's queue until --timeout")
 	fl.StringVar(&f.reservation, "reservation", "", "launch into this reservation (its id or name); a targeted one is used only when named")
 }
 
@@ -257,6 +259,8 @@ func (f *upFlags) checkNumbers() error {
 		return usageErrorf("--disk %d: want 1 to 65536 GB (leave the flag out for the provider's default)", f.diskGB)
 	case typed("ttl") && f.ttl <= 0:
 		return usageErrorf("--ttl %v: want a positive duration such as 8h (leave the flag out for no limit)", f.ttl)
+	case typed("flex-start") && f.flexStart <= 0:
+		return usageErrorf("--flex-start %v: want a positive run duration such as 4h (leave the flag out to not queue)", f.flexStart)
 	case typed("max-cost") && !(f.maxCost > 0 && !math.IsInf(f.maxCost, 0)):
 		return usageErrorf("--max-cost %v: want a positive amount of USD (leave the flag out for no cap)", f.maxCost)
 	}

@@ -30,6 +30,7 @@ type wireOffer struct {
 	DiskGB       int     `json:"disk_gb"`
 	Availability string  `json:"availability"`
 	Host         string  `json:"host"`
+	FlexStart    bool    `json:"flex_start"`
 }
 
 type wireInstance struct {
@@ -72,6 +73,7 @@ type wireCreate struct {
 	DiskGB           int               `json:"disk_gb,omitempty"`
 	PlacementGroup   string            `json:"placement_group,omitempty"`
 	ReservationID    string            `json:"reservation_id,omitempty"`
+	MaxRunSeconds    int               `json:"max_run_seconds,omitempty"`
 }
 
 // wireReservation is a reservation of GET reservations.

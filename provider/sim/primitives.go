@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -16,6 +17,8 @@ import (
 // offerDetail is Offer.Detail: what Create needs.
 type offerDetail struct {
 	OfferID string `json:"offer_id"`
+	// MaxRunSeconds makes the create a flex-start one (it queues).
+	MaxRunSeconds int `json:"max_run_seconds,omitempty"`
 	// ReservationID is the reservation the offer launches into.
 	ReservationID string `json:"reservation_id,omitempty"`
 }
@@ -59,11 +62,17 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 			o.GPU = g
 		}
 		byID[w.ID] = &o
+		if req.FlexStart > 0 && w.FlexStart && !w.Spot {
+			// The offer queued: its create waits in the cloud's queue
+			// and runs for at most FlexStart.
+			o.MaxRunDuration = req.FlexStart
+			o.Detail, _ = json.Marshal(offerDetail{OfferID: w.ID, MaxRunSeconds: int(math.Ceil(req.FlexStart.Seconds()))}) // plain struct
+		}
 		if r.Accepts(&o) {
 			offers = append(offers, o)
 		}
 	}
-	if req.Reserved != provider.ForbidReserved || req.Reservation != "" {
+	if (req.Reserved != provider.ForbidReserved || req.Reservation != "") && req.FlexStart == 0 {
 		reserved, err := p.reservedOffers(&r, resp.Reservations, byID)
 		if err != nil {
 			return nil, err
@@ -190,7 +199,7 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	req := wireCreate{
 		OfferID: d.OfferID, Name: provider.ResourceName(spec.VM), Labels: spec.Labels(), DiskGB: offer.DiskGB,
 		UserData: provider.CloudInit(spec), SSHUser: spec.SSHUser, SSHKey: pr.SSHKey, Firewall: pr.Firewall,
-		PlacementGroup: spec.PlacementGroup, ReservationID: d.ReservationID,
+		PlacementGroup: spec.PlacementGroup, ReservationID: d.ReservationID, MaxRunSeconds: d.MaxRunSeconds,
 	}
 	if !p.cfg.NoIdempotencyToken {
 		req.IdempotencyToken = spec.IdempotencyToken
@@ -260,7 +269,7 @@ func observed(in wireInstance) provider.Observed {
 	o := provider.Observed{
 		ID: in.ID, VM: in.Labels[provider.LabelVM], Status: status(in.Status), PublicIP: in.PublicIP,
 		Location: provider.Location{Region: in.Region, Zone: in.Zone}, InstanceType: in.InstanceType,
-		Created: in.CreatedAt, VendorStatus: in.Status, Host: in.HostID,
+		Created: in.CreatedAt, VendorStatus: in.Status, Host: in.HostID, Queued: in.Status == "queued",
 	}
 	if o.Status == provider.StatusRunning && in.SSH != nil && in.SSH.Port > 0 {
 		o.SSH = &provider.SSHEndpoint{Host: in.SSH.Host, Port: in.SSH.Port, User: in.SSH.User}
@@ -271,7 +280,7 @@ func observed(in wireInstance) provider.Observed {
 // status maps a vendor status to the normalized one.
 func status(vendor string) provider.InstanceStatus {
 	switch vendor {
-	case "provisioning", "booting":
+	case "queued", "provisioning", "booting":
 		return provider.StatusPending
 	case "running":
 		return provider.StatusRunning

@@ -230,6 +230,7 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		Labels:            true, // every resource takes labels
 		CompactPlacement:  true, // placement-groups
 		ListAll:           true, // GET instances without a region: every region, by pages
+		FlexStart:         true, // offers with flex_start queue a create with max_run_seconds
 	}
 	if p.cfg.NoIdempotencyToken {
 		c.Unsupported = append(c.Unsupported, provider.FeatureIdempotencyToken)

@@ -202,14 +202,20 @@ func (s *Server) createInstance(c *cloud, _ *http.Request, body []byte, now time
 			return http.StatusOK, in.view(), nil
 		}
 	}
+	if req.MaxRunSeconds < 0 || req.MaxRunSeconds > 0 && !of.FlexStart {
+		return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "max_run_seconds %d: offer %s cannot queue (flex_start)", req.MaxRunSeconds, of.ID)
+	}
+	if req.MaxRunSeconds > 0 && req.ReservationID != "" {
+		return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "a flex-start create cannot launch into a reservation")
+	}
 	if req.ReservationID != "" {
 		s.settleAll(c)
 		if err := c.admitReserved(req.ReservationID, of, now); err != nil {
 			return 0, nil, err
 		}
 	} else {
-		if err := c.admit(of); err != nil {
-			return 0, nil, err
+		if err := c.admit(of); err != nil && (req.MaxRunSeconds == 0 || err.code != CodeOutOfCapacity) {
+			return 0, nil, err // a flex-start create queues for stock instead
 		}
 		if len(c.cfg.Quotas) > 0 {
 			s.settleAll(c)

@@ -3,7 +3,8 @@ package simserver
 // DefaultCatalog returns the demo catalog of a cloud: "sim-b" gets catalog
 // B, every other name catalog A. GPU names are canonical (provider.GPUNames).
 // The cheapest on-demand single H100-80GB is on A ($2.49/h in us-east), the
-// next on B ($2.69/h in us-central).
+// next on B ($2.69/h in us-central). A's on-demand H100 offers can also be
+// had through its flex-start queue.
 func DefaultCatalog(cloud string) []Offer {
 	if cloud == "sim-b" {
 		return catalogB()
@@ -13,9 +14,9 @@ func DefaultCatalog(cloud string) []Offer {
 
 func catalogA() []Offer {
 	return []Offer{
-		{ID: "a-h100x1-use1a", Region: "us-east", Zone: "us-east-1a", InstanceType: "gpu.h100.1x", GPU: "H100-80GB", GPUCount: 1, GPUMemoryGB: 80, VCPUs: 26, MemoryGB: 200, PricePerHour: 2.49, Availability: "low"},
-		{ID: "a-h100x1-euw1b", Region: "eu-west", Zone: "eu-west-1b", InstanceType: "gpu.h100.1x", GPU: "H100-80GB", GPUCount: 1, GPUMemoryGB: 80, VCPUs: 26, MemoryGB: 200, PricePerHour: 2.89, Availability: "medium"},
-		{ID: "a-h100x8-use1a", Region: "us-east", Zone: "us-east-1a", InstanceType: "gpu.h100.8x", GPU: "H100-80GB", GPUCount: 8, GPUMemoryGB: 80, VCPUs: 208, MemoryGB: 1800, PricePerHour: 19.92, Availability: "low"},
+		{ID: "a-h100x1-use1a", Region: "us-east", Zone: "us-east-1a", InstanceType: "gpu.h100.1x", GPU: "H100-80GB", GPUCount: 1, GPUMemoryGB: 80, VCPUs: 26, MemoryGB: 200, PricePerHour: 2.49, Availability: "low", FlexStart: true},
+		{ID: "a-h100x1-euw1b", Region: "eu-west", Zone: "eu-west-1b", InstanceType: "gpu.h100.1x", GPU: "H100-80GB", GPUCount: 1, GPUMemoryGB: 80, VCPUs: 26, MemoryGB: 200, PricePerHour: 2.89, Availability: "medium", FlexStart: true},
+		{ID: "a-h100x8-use1a", Region: "us-east", Zone: "us-east-1a", InstanceType: "gpu.h100.8x", GPU: "H100-80GB", GPUCount: 8, GPUMemoryGB: 80, VCPUs: 208, MemoryGB: 1800, PricePerHour: 19.92, Availability: "low", FlexStart: true},
 		{ID: "a-h100x1-use1a-spot", Region: "us-east", Zone: "us-east-1a", InstanceType: "gpu.h100.1x", GPU: "H100-80GB", GPUCount: 1, GPUMemoryGB: 80, VCPUs: 26, MemoryGB: 200, PricePerHour: 1.39, Spot: true, Availability: "medium"},
 		{ID: "a-a100x1-use1b", Region: "us-east", Zone: "us-east-1b", InstanceType: "gpu.a100.1x", GPU: "A100-80GB", GPUCount: 1, GPUMemoryGB: 80, VCPUs: 30, MemoryGB: 200, PricePerHour: 1.79, Availability: "high"},
 		{ID: "a-a100x2-euw1b", Region: "eu-west", Zone: "eu-west-1b", InstanceType: "gpu.a100.2x", GPU: "A100-80GB", GPUCount: 2, GPUMemoryGB: 80, VCPUs: 60, MemoryGB: 400, PricePerHour: 3.58, Availability: "medium"},

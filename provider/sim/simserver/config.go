@@ -120,6 +120,9 @@ type Timing struct {
 	// Faults.SlowDelete is added), and a preempted one "preempted", before
 	// it turns "terminated".
 	DeleteTime Duration `json:"delete_time,omitempty" toml:"delete_time,omitempty"`
+	// FlexQueue is how long a flex-start create waits in the queue before
+	// it finds capacity and starts provisioning; zero: at once.
+	FlexQueue Duration `json:"flex_queue,omitempty" toml:"flex_queue,omitempty"`
 }
 
 // DefaultTiming is realistic but short: API 5ms, boot 1.5s±0.5s, delete 300ms.
@@ -161,6 +164,9 @@ type Offer struct {
 	// offer (Faults.StockoutOffers, StockoutRegions) the listing says
 	// "none", as the sim's stock; creates fail whatever it says.
 	Availability string `json:"availability" toml:"availability"`
+	// FlexStart says a create may queue for the offer (max_run_seconds):
+	// the cloud's flex-start, modelled on GCP's.
+	FlexStart bool `json:"flex_start,omitempty" toml:"flex_start,omitempty"`
 	// Host, when set, is the one machine the offer is (a marketplace's
 	// listing): its instances run there, and GPU faults can name it.
 	Host string `json:"host,omitempty" toml:"host,omitempty"`

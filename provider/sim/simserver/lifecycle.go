@@ -31,6 +31,10 @@ type instance struct {
 	PreemptAt   time.Time `json:"preempt_at,omitzero"`
 	TerminateAt time.Time `json:"terminate_at,omitzero"`
 	PurgeAt     time.Time `json:"purge_at,omitzero"`
+	// QueuedUntil is when a flex-start create leaves the queue; RunEndsAt
+	// when the cloud deletes a flex-start instance that runs.
+	QueuedUntil time.Time `json:"queued_until,omitzero"`
+	RunEndsAt   time.Time `json:"run_ends_at,omitzero"`
 	VisibleAt   time.Time `json:"visible_at"`
 
 	ssh    *sshd.Server
@@ -87,6 +91,15 @@ func (s *Server) settle(c *cloud, in *instance, now time.Time) bool {
 	changed := false
 	for {
 		switch {
+		case in.Status == StatusQueued && !now.Before(in.QueuedUntil):
+			in.Status = StatusProvisioning
+			in.event(in.QueuedUntil, EventDequeued, "capacity found")
+		case in.Status == StatusRunning && !in.RunEndsAt.IsZero() && !now.Before(in.RunEndsAt):
+			at := in.RunEndsAt
+			in.RunEndsAt = time.Time{}
+			s.requestDelete(c, in, at)
+			in.StatusMessage = "deleted by the cloud: its max run duration ended"
+			in.event(at, EventRunEnded, in.StatusMessage)
 		case in.Status == StatusProvisioning && !now.Before(in.BootingAt):
 			in.Status = StatusBooting
 			in.event(in.BootingAt, EventBooting, "")
@@ -112,11 +125,16 @@ func (s *Server) settle(c *cloud, in *instance, now time.Time) bool {
 // due returns when in's next transition is due, or zero for none.
 func (in *instance) due() time.Time {
 	switch in.Status {
+	case StatusQueued:
+		return in.QueuedUntil
 	case StatusProvisioning:
 		return in.BootingAt
 	case StatusBooting:
 		return in.ReadyAt
 	case StatusRunning:
+		if in.PreemptAt.IsZero() || !in.RunEndsAt.IsZero() && in.RunEndsAt.Before(in.PreemptAt) {
+			return in.RunEndsAt
+		}
 		return in.PreemptAt
 	case StatusStopping, StatusPreempted:
 		return in.TerminateAt
@@ -165,6 +183,9 @@ func (s *Server) finishBoot(c *cloud, in *instance, at time.Time) {
 	}
 	in.Status = StatusRunning
 	in.event(at, EventRunning, "")
+	if in.MaxRunSeconds > 0 {
+		in.RunEndsAt = at.Add(time.Duration(in.MaxRunSeconds) * time.Second)
+	}
 	s.startSSH(c, in, at)
 }
 
@@ -246,6 +267,10 @@ func (s *Server) newInstance(c *cloud, of *Offer, req *createRequest, boot *boot
 		bootTime += time.Duration(c.rnd.Int64N(int64(2*j)+1)) - j
 	}
 	bootTime = max(bootTime, 0)
+	start := now // provisioning starts; a flex-start create queues first
+	if req.MaxRunSeconds > 0 {
+		start = now.Add(t.FlexQueue.Std())
+	}
 	user := req.SSHUser
 	if user == "" {
 		user = c.cfg.SSHUser
@@ -261,7 +286,7 @@ func (s *Server) newInstance(c *cloud, of *Offer, req *createRequest, boot *boot
 			CreatedAt: now,
 		},
 		HostKeyPEM: boot.hostKeyPEM, AuthorizedKeys: boot.authorizedKeys, SSHUser: user,
-		BootingAt: now.Add(bootTime / 3), ReadyAt: now.Add(bootTime),
+		BootingAt: start.Add(bootTime / 3), ReadyAt: start.Add(bootTime),
 		VisibleAt: now.Add(f.ListingLag.Std()),
 	}
 	if in.Labels == nil {
@@ -278,6 +303,10 @@ func (s *Server) newInstance(c *cloud, of *Offer, req *createRequest, boot *boot
 		in.PreemptAt = in.ReadyAt.Add(time.Duration(c.rnd.Int64N(int64(within))) + 1)
 	}
 	in.event(now, EventCreated, "")
+	if req.MaxRunSeconds > 0 {
+		in.Status, in.QueuedUntil, in.MaxRunSeconds = StatusQueued, start, req.MaxRunSeconds
+		in.event(now, EventQueued, fmt.Sprintf("flex-start: waiting for capacity, at most %ds of run", req.MaxRunSeconds))
+	}
 	c.instances[in.ID] = in
 	c.index(in)
 	if in.Token != "" {

@@ -7,6 +7,9 @@ import (
 
 // Vendor instance statuses, as the API reports them.
 const (
+	// StatusQueued: a flex-start create waiting in the cloud's queue for
+	// capacity (Timing.FlexQueue), before provisioning.
+	StatusQueued       = "queued"
 	StatusProvisioning = "provisioning"
 	StatusBooting      = "booting"
 	StatusRunning      = "running"
@@ -25,6 +28,9 @@ const (
 	EventDeleteRequested = "delete_requested"
 	EventPreempted       = "preempted"
 	EventTerminated      = "terminated"
+	EventQueued          = "queued"   // a flex-start create entered the queue
+	EventDequeued        = "dequeued" // it found capacity: provisioning starts
+	EventRunEnded        = "run_ended"
 )
 
 // Instance is an instance as the API returns it (GET instances/{id}) and
@@ -68,6 +74,9 @@ type Instance struct {
 	PlacementGroup string `json:"placement_group,omitempty"`
 	// ReservationID is the reservation the instance was launched into.
 	ReservationID string `json:"reservation_id,omitempty"`
+	// MaxRunSeconds, for a flex-start instance, is how long it may run:
+	// the cloud deletes it that long after it turned running.
+	MaxRunSeconds int `json:"max_run_seconds,omitempty"`
 	// HostID is the machine the instance runs on: its offer's Host, else
 	// one of four per zone.
 	HostID string `json:"host_id,omitempty"`
@@ -242,6 +251,10 @@ type createRequest struct {
 	// ReservationID launches into the account's reservation of this id
 	// (which must hold the offer); empty: ordinary capacity.
 	ReservationID string `json:"reservation_id"`
+	// MaxRunSeconds, when positive, makes a flex-start create (the offer
+	// must have FlexStart): it waits in the queue, not for stock, then
+	// runs at most this long.
+	MaxRunSeconds int `json:"max_run_seconds"`
 }
 
 type placementGroupRequest struct {
