@@ -102,6 +102,11 @@ func (d *driver) nodePhases(ctx context.Context, a *journal.Attempt) error {
 	return d.ready(ctx, a)
 }
 
+// reclaimMargin is how long before a reservation starts terminating its
+// instances (provider.Reservation.Reclaims) the leash of a VM in it ends:
+// time for gpuprov's own teardown to run first.
+const reclaimMargin = 5 * time.Minute
+
 // runEnd is when the leash of an instance that the cloud deletes run after
 // it started running (a flex-start VM's maxRunDuration) ends: a margin
 // before the cloud's end (a tenth of the run, at most 10 minutes), so the
@@ -117,9 +122,18 @@ func (d *driver) ready(ctx context.Context, a *journal.Attempt) error {
 	d.row.State, d.row.Phase, d.row.ReadyAt, d.row.LastError, d.row.LastErrorKind = journal.StateReady, "", now, "", ""
 	d.row.NextTry, d.row.ExpiresAt = time.Time{}, expiry(&d.req, now, d.row.PricePerHour)
 	var o provider.Offer
-	if jsonUnmarshal(a.Offer, &o) == nil && o.MaxRunDuration > 0 {
-		if end := runEnd(o.MaxRunDuration, cmp.Or(d.running, now)); d.row.ExpiresAt.IsZero() || end.Before(d.row.ExpiresAt) {
-			d.row.ExpiresAt = end
+	if jsonUnmarshal(a.Offer, &o) == nil {
+		var ends []time.Time
+		if o.MaxRunDuration > 0 {
+			ends = append(ends, runEnd(o.MaxRunDuration, cmp.Or(d.running, now)))
+		}
+		if r := o.Reservation; r != nil && !r.Ends.IsZero() && r.Reclaims > 0 {
+			ends = append(ends, r.Ends.Add(-r.Reclaims-reclaimMargin))
+		}
+		for _, end := range ends {
+			if d.row.ExpiresAt.IsZero() || end.Before(d.row.ExpiresAt) {
+				d.row.ExpiresAt = end
+			}
 		}
 	}
 	msg := fmt.Sprintf("%s in %v", d.row.InstanceID, now.Sub(d.row.CreatedAt).Round(1e6))

@@ -28,6 +28,12 @@ type Reservation struct {
 	Free  int `json:"free"`
 	// Ends is when the reservation ends; zero: when it is cancelled.
 	Ends time.Time `json:"ends,omitzero"`
+	// Reclaims, when positive, says the cloud terminates the instances
+	// still in the reservation this long before Ends (an AWS Capacity
+	// Block: 30 minutes); zero: they outlive it as ordinary capacity. The
+	// core's leash on a VM in it ends a margin earlier, so the VM is
+	// deleted by gpuprov, not killed.
+	Reclaims time.Duration `json:"reclaims,omitempty"`
 }
 
 // Full reports whether no instance can be launched into r now.

@@ -194,6 +194,12 @@ func (p *Provider) reservationOffer(ctx context.Context, region string, cr types
 		Free:     int(awssdk.ToInt32(cr.AvailableInstanceCount)),
 		Ends:     awssdk.ToTime(cr.EndDate),
 	}
+	if cr.ReservationType == types.CapacityReservationTypeCapacityBlock {
+		// EC2 User Guide, "Monitor Capacity Blocks using EventBridge":
+		// forty minutes before a block ends, "any instances running in
+		// the reservation will begin to terminate in 10 minutes".
+		res.Reclaims = 30 * time.Minute
+	}
 	d := offerDetail{InstanceType: typ, ZoneID: zone, PriceSource: src, Reservation: res.ID,
 		CapacityBlock: cr.ReservationType == types.CapacityReservationTypeCapacityBlock}
 	o = p.offer(t, region, zone, price, false, d)

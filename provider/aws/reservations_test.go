@@ -91,6 +91,8 @@ func TestPlanReservations(t *testing.T) {
 		}
 	}
 	open := byID[crOpen]
+	// An ODCR's instances outlive its end (Reclaims 0): only a Capacity
+	// Block terminates them.
 	want := provider.Reservation{ID: crOpen, Total: 4, Free: 1, Ends: t0.Add(30 * 24 * time.Hour)}
 	if *open.Reservation != want || !open.InStock || open.Location != (provider.Location{Region: "us-east-1", Zone: "use1-az4"}) ||
 		open.VCPUs != 192 || open.GPU != "H100-80GB" {
@@ -150,7 +152,7 @@ func TestPlanNamedReservation(t *testing.T) {
 	}
 	b := offers[0]
 	if b.InstanceType != "p5e.48xlarge" || b.PricePerHour != 0 || b.VCPUs != 192 || b.MemoryGB != 2048 || b.GPUMemoryGB != 141 ||
-		!b.Reservation.Targeted || b.Reservation.Ends != t0.Add(47*time.Hour) {
+		!b.Reservation.Targeted || b.Reservation.Ends != t0.Add(47*time.Hour) || b.Reservation.Reclaims != 30*time.Minute {
 		t.Fatalf("Capacity Block offer %+v (%+v)", b, b.Reservation)
 	}
 	if d := detail(t, b); d["capacity_block"] != true || d["price_source"] != "unknown" {

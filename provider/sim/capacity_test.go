@@ -217,3 +217,36 @@ func TestQuotaLeavesRegionOut(t *testing.T) {
 		t.Fatalf("quota reads = %d, quota errors = %d: want us-east's cached and eu-west's read once, no quota error", st.Calls["list_quotas"], st.Errors[simserver.CodeQuotaExceeded])
 	}
 }
+
+// TestReservationThatReclaimsEndsTheLeashFirst: a reservation that deletes
+// its instances 30 minutes before it ends (as an AWS Capacity Block does)
+// puts the VM on a leash that ends 5 minutes before that; a reaper in
+// another process deletes it through gpuprov before the cloud would.
+func TestReservationThatReclaimsEndsTheLeashFirst(t *testing.T) {
+	ends := t0.Add(3 * time.Hour)
+	block := func(c *simserver.CloudConfig) {
+		c.Reservations = append(c.Reservations, simserver.Reservation{ID: "block-1", OfferID: "a-h100x8-use1a", Count: 1, Targeted: true,
+			EndsAt: ends, Reclaims: simserver.Duration(30 * time.Minute)})
+	}
+	e := newEngineEnvOf(t, block, simserver.Faults{}, sim.Config{})
+	vm, err := e.p.Launch(context.Background(), gpuprov.Request{Name: "in-block", GPU: "H100", GPUCount: 8, Reservation: "block-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ends.Add(-35 * time.Minute); !vm.ExpiresAt.Equal(want) || vm.Reservation != "block-1" {
+		t.Fatalf("in-block expires at %v in %q, want %v in block-1", vm.ExpiresAt, vm.Reservation, want)
+	}
+	e.clk.Advance(vm.ExpiresAt.Sub(e.clk.Now()) + time.Second)
+	got, err := e.p.Reap(context.Background())
+	if err != nil || len(got) != 1 || got[0].Name != "in-block" || got[0].Err != nil {
+		t.Fatalf("reap at the leash's end: %+v, %v", got, err)
+	}
+	insts, _ := e.srv.Instances(cloudName)
+	for _, in := range insts {
+		for _, ev := range in.Events {
+			if ev.Type == simserver.EventRunEnded {
+				t.Fatalf("the sim reclaimed %s before gpuprov deleted it: %+v", in.ID, in.Events)
+			}
+		}
+	}
+}

@@ -84,6 +84,7 @@ type wireReservation struct {
 	InUse    int       `json:"in_use"`
 	Targeted bool      `json:"targeted"`
 	EndsAt   time.Time `json:"ends_at"`
+	Reclaims string    `json:"reclaims"` // a Go duration
 	State    string    `json:"state"`
 }
 

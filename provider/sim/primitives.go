@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/org/gpuprov/provider"
 )
@@ -98,6 +99,11 @@ func (p *Provider) reservedOffers(req *provider.ResourceRequest, listed []wireRe
 		}
 		o := *base
 		o.Reservation = &provider.Reservation{ID: w.ID, Targeted: w.Targeted, Total: w.Count, Free: max(w.Count-w.InUse, 0), Ends: w.EndsAt}
+		if w.Reclaims != "" {
+			if d, err := time.ParseDuration(w.Reclaims); err == nil {
+				o.Reservation.Reclaims = d
+			}
+		}
 		o.InStock = o.Reservation.Free > 0 && w.State == "active"
 		detail, err := json.Marshal(offerDetail{OfferID: w.OfferID, ReservationID: w.ID})
 		if err != nil {

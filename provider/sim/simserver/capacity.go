@@ -25,6 +25,10 @@ type Reservation struct {
 	// EndsAt is when it ends (zero: never); from then on a create naming
 	// it is refused with reservation_ended, and its listing says "ended".
 	EndsAt time.Time `json:"ends_at,omitzero" toml:"ends_at,omitempty"`
+	// Reclaims, with EndsAt, makes it end like an AWS Capacity Block: the
+	// cloud deletes the instances still in it this long before EndsAt
+	// (event run_ended). Zero: they outlive it.
+	Reclaims Duration `json:"reclaims,omitempty" toml:"reclaims,omitempty"`
 }
 
 // Quota is a limit on the GPUs an account may run in a region: those of

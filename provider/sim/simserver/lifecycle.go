@@ -98,7 +98,7 @@ func (s *Server) settle(c *cloud, in *instance, now time.Time) bool {
 			at := in.RunEndsAt
 			in.RunEndsAt = time.Time{}
 			s.requestDelete(c, in, at)
-			in.StatusMessage = "deleted by the cloud: its max run duration ended"
+			in.StatusMessage = "deleted by the cloud: its run ended (max run duration, or its reservation's end)"
 			in.event(at, EventRunEnded, in.StatusMessage)
 		case in.Status == StatusProvisioning && !now.Before(in.BootingAt):
 			in.Status = StatusBooting
@@ -185,6 +185,9 @@ func (s *Server) finishBoot(c *cloud, in *instance, at time.Time) {
 	in.event(at, EventRunning, "")
 	if in.MaxRunSeconds > 0 {
 		in.RunEndsAt = at.Add(time.Duration(in.MaxRunSeconds) * time.Second)
+	}
+	if !in.RunEndsAt.IsZero() && !at.Before(in.RunEndsAt) {
+		in.RunEndsAt = at // reclaimed at once: it started after its reservation's reclaim time
 	}
 	s.startSSH(c, in, at)
 }
@@ -303,6 +306,9 @@ func (s *Server) newInstance(c *cloud, of *Offer, req *createRequest, boot *boot
 		in.PreemptAt = in.ReadyAt.Add(time.Duration(c.rnd.Int64N(int64(within))) + 1)
 	}
 	in.event(now, EventCreated, "")
+	if r := c.reservation(req.ReservationID); r != nil && !r.EndsAt.IsZero() && r.Reclaims > 0 {
+		in.RunEndsAt = r.EndsAt.Add(-r.Reclaims.Std())
+	}
 	if req.MaxRunSeconds > 0 {
 		in.Status, in.QueuedUntil, in.MaxRunSeconds = StatusQueued, start, req.MaxRunSeconds
 		in.event(now, EventQueued, fmt.Sprintf("flex-start: waiting for capacity, at most %ds of run", req.MaxRunSeconds))
