@@ -192,3 +192,61 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// Block is capacity sold ahead for a fixed window and paid upfront: an AWS
+// Capacity Block for ML offering, the sim's block offerings. An offer that
+// carries one (Offer.Block) is bought before it is launched into: the core
+// buys it only for a request that opts in with a price cap, journals the
+// purchase before it is sent, and launches into the bought block at its
+// start.
+type Block struct {
+	// Offering is the cloud's id of the offering.
+	Offering string `json:"offering"`
+	// Count is how many instances the block holds.
+	Count int `json:"count"`
+	// Start and End bound the window; instances run in it only.
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// UpfrontFee is what the block costs, in USD, paid at purchase for the
+	// whole window and every instance; it is not refunded.
+	UpfrontFee float64 `json:"upfront_fee"`
+}
+
+// BlockQuery is what a request asks of block offerings.
+type BlockQuery struct {
+	// Count is the instances the block must hold (the cloud's offerings
+	// are for a count: AWS's InstanceCount); default 1.
+	Count int `json:"count"`
+	// Duration is the window's length.
+	Duration time.Duration `json:"duration"`
+	// StartBefore bounds the window's start; zero: as late as the cloud
+	// sells.
+	StartBefore time.Time `json:"start_before,omitzero"`
+}
+
+// BlockSeller is implemented by providers that sell capacity blocks. The
+// core calls BlockOfferings to plan a request that asks for a block
+// (Request.Block), PurchaseBlock once per attempt, journaled before it is
+// sent, and FindBlock when it must know whether a purchase landed (a lost
+// answer, a crash between the purchase and its record): a purchase is
+// never sent twice for one attempt.
+type BlockSeller interface {
+	// BlockOfferings returns the offerings that fit req's GPU, count,
+	// regions and zones and q, each as an Offer with Block set (its
+	// location, instance type and shape; PricePerHour the list price of
+	// one instance, where known) and what PurchaseBlock needs in Detail.
+	// It must not mutate.
+	BlockOfferings(ctx context.Context, req *ResourceRequest, q BlockQuery) ([]Offer, error)
+	// PurchaseBlock buys offer.Block, labelled with spec's identity (as a
+	// create labels an instance: spec.Labels()), and returns the offer that
+	// launches into the bought block: Block kept, Reservation set (its id,
+	// Targeted, Total and Free the block's count, Ends its end, Reclaims),
+	// Detail what Create needs. A sold-out offering is Capacity; an
+	// unknown outcome (timeout, 5xx) is Transient, and the core then asks
+	// FindBlock, never PurchaseBlock again.
+	PurchaseBlock(ctx context.Context, offer *Offer, spec *InstanceSpec) (Offer, error)
+	// FindBlock returns what PurchaseBlock would have returned for the
+	// block bought for spec's VM and attempt (by its labels) in offer's
+	// region, or nil when there is none.
+	FindBlock(ctx context.Context, offer *Offer, spec *InstanceSpec) (*Offer, error)
+}

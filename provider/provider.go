@@ -208,6 +208,9 @@ type ResourceRequest struct {
 	// is true is asked; it returns only offers that queue, each with
 	// MaxRunDuration set to FlexStart.
 	FlexStart time.Duration `json:"flex_start,omitempty"`
+	// Block, when set, asks for a capacity block (BlockSeller): the core
+	// plans with BlockOfferings instead of Plan.
+	Block *BlockQuery `json:"block,omitempty"`
 }
 
 // Accepts reports whether o satisfies r in the fields every cloud shares
@@ -226,7 +229,10 @@ func (r *ResourceRequest) Accepts(o *Offer) bool {
 	if r.MaxPricePerHour > 0 && o.MarginalPrice() > r.MaxPricePerHour {
 		return false
 	}
-	if !r.acceptsReservation(o) {
+	if (r.Block != nil) != (o.Block != nil) {
+		return false // a block is asked for, and bought, only explicitly
+	}
+	if o.Block == nil && !r.acceptsReservation(o) {
 		return false
 	}
 	if (r.FlexStart > 0) != (o.MaxRunDuration > 0) {
@@ -325,6 +331,9 @@ type Offer struct {
 	// launch's deadline, not the boot timeout, and ends the VM's leash
 	// before the cloud's.
 	MaxRunDuration time.Duration `json:"max_run_duration,omitempty"`
+	// Block, when set, is a capacity block the offer launches into once
+	// bought (BlockSeller); with Reservation set too, it is bought.
+	Block *Block `json:"block,omitempty"`
 	// Detail is the adapter's private data for Create (vendor ids such as an
 	// image, a socket or a data center id). The core journals it as is.
 	Detail json.RawMessage `json:"detail,omitempty"`
@@ -344,6 +353,9 @@ func (o *Offer) Key() string {
 	}
 	if o.MaxRunDuration > 0 {
 		k += "|flex"
+	}
+	if o.Block != nil {
+		k += "|block:" + o.Block.Offering
 	}
 	return k
 }
