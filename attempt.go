@@ -45,6 +45,12 @@ func (d *driver) runAttempt(ctx context.Context, a *journal.Attempt, resumed boo
 	for {
 		var err error
 		switch a.Phase {
+		case PhasePurchase, PhasePurchaseSent:
+			pctx, sp := d.p.child(ctx, phaseSpan, PhasePurchase)
+			err = d.purchase(pctx, pp, &offer, a, resumed)
+			endSpan(sp, err)
+		case PhaseBlockStart:
+			err = d.blockStart(ctx, &offer, a)
 		case PhasePrepare:
 			pctx, sp := d.p.child(ctx, phaseSpan, PhasePrepare)
 			err = d.prepare(pctx, pp, &offer, a)

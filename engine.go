@@ -382,10 +382,11 @@ func (d *driver) provision(ctx context.Context) error {
 				return d.stuck(ctx, err)
 			}
 		}
-		if cur.State == journal.AttemptTornDown && aborts(cur.ErrorKind) {
-			// The launch was ending (cancelled, out of time, or a failure
-			// no other offer can fix) when its process died: finish it the
-			// way it was going, not with a new offer.
+		if _, bought := blockBought(cur); cur.State == journal.AttemptTornDown && (aborts(cur.ErrorKind) || bought) {
+			// The launch was ending (cancelled, out of time, a failure no
+			// other offer can fix, or one after its block was bought) when
+			// its process died: finish it the way it was going, not with a
+			// new offer.
 			return d.fail(ctx, fmt.Errorf("%w: %s (finished after a restart)", ErrAborted, cur.Error))
 		}
 	}
@@ -477,6 +478,15 @@ func (d *driver) withLast(err error) error {
 	return err
 }
 
+// firstPhase is where an attempt on o starts: the purchase of a block not
+// yet bought, else prepare.
+func firstPhase(o *provider.Offer) string {
+	if o.Block != nil && o.Reservation == nil {
+		return PhasePurchase
+	}
+	return PhasePrepare
+}
+
 // startAttempt journals a new attempt on offer before anything is prepared.
 func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.Attempt, error) {
 	raw, err := json.Marshal(o)
@@ -486,7 +496,7 @@ func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.
 	n := d.row.Attempt + 1
 	a := &journal.Attempt{
 		VM: d.row.Name, N: n, Provider: o.Provider, Region: o.Location.Region, Zone: o.Location.Zone,
-		OfferKey: o.Key(), Offer: raw, State: journal.AttemptActive, Phase: PhasePrepare,
+		OfferKey: o.Key(), Offer: raw, State: journal.AttemptActive, Phase: firstPhase(o),
 		Token: d.token(n), StartedAt: d.now(), Host: o.Host,
 	}
 	d.tried[a.OfferKey] = true
@@ -506,7 +516,7 @@ func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.
 		}
 		d.row.Request = raw
 	}
-	d.row.State, d.row.Phase, d.row.Attempt = journal.StateProvisioning, PhasePrepare, n
+	d.row.State, d.row.Phase, d.row.Attempt = journal.StateProvisioning, firstPhase(o), n
 	d.row.Provider, d.row.Region, d.row.Zone, d.row.Offer, d.row.PricePerHour = o.Provider, o.Location.Region, o.Location.Zone, raw, o.PricePerHour
 	d.row.InstanceID, d.row.SSHHost, d.row.SSHPort, d.row.SSHUser, d.row.HostKey = "", "", 0, "", ""
 	d.row.NextTry = time.Time{}

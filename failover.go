@@ -87,8 +87,12 @@ func (d *driver) afterFailure(ctx context.Context, a *journal.Attempt, err error
 			}
 		}
 	}
-	nextOffer := isPhase && (pe.phase == PhaseConnect || pe.phase == PhaseAccept)
-	goesOn := !ctxDone && (nextOffer ||
+	// A bought block is used or the launch ends: it is never replaced by
+	// buying another (nor is one whose purchase's outcome is unknown).
+	boughtOffer, bought := blockBought(a)
+	keepBlock := bought || errors.Is(err, ErrBlockUnknown)
+	nextOffer := !keepBlock && isPhase && (pe.phase == PhaseConnect || pe.phase == PhaseAccept)
+	goesOn := !ctxDone && !keepBlock && (nextOffer ||
 		(!isPhase && kind != provider.Transient && kind != provider.InvalidRequest && kind != provider.Credentials))
 	var outcomes []journal.Outcome
 	switch {
@@ -104,8 +108,14 @@ func (d *driver) afterFailure(ctx context.Context, a *journal.Attempt, err error
 		return d.stuck(ctx, err)
 	}
 	switch {
+	case bought:
+		r := boughtOffer.Reservation
+		return d.fail(ctx, fmt.Errorf("%w: %w; block %s stays bought until %s: launch into it with reservation %s", ErrAborted, err,
+			r.ID, boughtOffer.Block.End.UTC().Format(time.RFC3339), r.ID))
 	case ctxDone:
 		return d.fail(ctx, err)
+	case keepBlock:
+		return d.fail(ctx, fmt.Errorf("%w: %w", ErrAborted, err))
 	case nextOffer:
 		return nil
 	case isPhase:

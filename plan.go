@@ -275,6 +275,10 @@ func (p *Provisioner) planOnce(ctx context.Context, req *Request, names []string
 			refused[n] = provider.Errorf(provider.InvalidRequest, n, "plan", "cannot put the request's labels on its resources")
 			continue
 		}
+		if _, ok := p.providers[n].CloudProvider.(provider.BlockSeller); req.Block != nil && !ok {
+			refused[n] = provider.Errorf(provider.InvalidRequest, n, "plan", "sells no capacity blocks")
+			continue
+		}
 		if req.FlexStart > 0 && !p.providers[n].caps.FlexStart {
 			refused[n] = provider.Errorf(provider.InvalidRequest, n, "plan", "cannot queue a flex-start request")
 			continue
@@ -285,15 +289,32 @@ func (p *Provisioner) planOnce(ctx context.Context, req *Request, names []string
 		}
 		able = append(able, n)
 	}
-	offers, errs := p.planProviders(ctx, req.resources(), able)
+	var offers []provider.Offer
+	var errs map[string]error
+	if req.Block != nil {
+		offers, errs = p.planBlocks(ctx, req, able)
+	} else {
+		offers, errs = p.planProviders(ctx, req.resources(), able)
+	}
 	e := planEntry{errs: errs, at: p.clock.Now(), cacheable: len(errs) == 0}
 	maps.Copy(e.errs, refused)
-	if len(offers) == 0 && len(e.errs) < len(names) {
+	if len(offers) == 0 && len(e.errs) < len(names) && req.Block == nil {
 		e.why = p.explainEmpty(ctx, req)
+	}
+	if req.Block != nil {
+		offers, e.skipped = overFee(offers, req.Block.MaxUpfrontUSD)
+		if len(offers) == 0 && len(e.skipped) == 0 && len(e.errs) < len(names) {
+			e.why = fmt.Sprintf("no configured provider sells a block of %d × %s×%d for %v", req.Block.Count, req.GPU, req.GPUCount, req.Block.Duration)
+			if req.Block.StartWithin > 0 {
+				e.why += fmt.Sprintf(" starting within %v", req.Block.StartWithin)
+			}
+		}
 	}
 	// Capacity the account holds goes first; what its quotas cannot fit
 	// is left out before anything is tried, and says so.
-	offers, e.skipped = placeReservations(offers, e.at)
+	var ended []Skipped
+	offers, ended = placeReservations(offers, e.at)
+	e.skipped = append(e.skipped, ended...)
 	var over []Skipped
 	offers, over = p.fitQuotas(ctx, offers)
 	e.offers, e.skipped = offers, append(e.skipped, over...)

@@ -149,6 +149,10 @@ type Request struct {
 	// TTL. Only providers that can queue are planned; set a Timeout that
 	// fits the queue.
 	FlexStart time.Duration `json:"flex_start,omitempty"`
+	// Block, when set, buys a capacity block (an AWS Capacity Block for
+	// ML, the sim's blocks) and launches into it: see BlockRequest. It is
+	// the opt-in to a purchase that is paid upfront and not refunded.
+	Block *BlockRequest `json:"block,omitempty"`
 
 	// Rank orders the planned offers: RankPrice (list price, the default)
 	// or RankExpectedCost (the expected cost of a usable machine, from the
@@ -157,6 +161,30 @@ type Request struct {
 	// RankHorizon is how long the machine is expected to run, for
 	// RankExpectedCost; 0: the TTL, else DefaultRankHorizon.
 	RankHorizon time.Duration `json:"rank_horizon,omitempty"`
+}
+
+// BlockRequest is a request's opt-in to buying a capacity block: capacity
+// for a fixed window, paid upfront for the whole window, not refunded. The
+// launch plans the providers' block offerings (provider.BlockSeller) of
+// Duration and Count that start within StartWithin, cheapest first, leaves
+// out those whose fee passes MaxUpfrontUSD, journals the purchase before it
+// sends it (phase purchase), waits for the block's start (phase
+// block-start), and launches into it. A purchase is sent at most once per
+// attempt, and once a block is bought the launch uses that block or fails
+// (saying which block stays bought): it never buys a second. The VM's
+// leash ends before the block reclaims its instances.
+type BlockRequest struct {
+	// Duration is the window's length (AWS sells whole days).
+	Duration time.Duration `json:"duration"`
+	// Count is the instances the block holds; default 1. The launch uses
+	// one; launch more VMs into it with Request.Reservation.
+	Count int `json:"count,omitempty"`
+	// StartWithin bounds how long after the plan the block may start; 0:
+	// any start the clouds sell. The request's Timeout must cover it: the
+	// launch waits for the start.
+	StartWithin time.Duration `json:"start_within,omitempty"`
+	// MaxUpfrontUSD is the most the block may cost, in USD: required.
+	MaxUpfrontUSD float64 `json:"max_upfront_usd"`
 }
 
 // Acceptance is a request's say in its GPU acceptance phase.
@@ -306,6 +334,9 @@ func (r *Request) normalize(known map[string]bool) error {
 	if r.RankHorizon < 0 {
 		return &RequestError{"rank_horizon", "negative"}
 	}
+	if err := r.validateBlock(); err != nil {
+		return err
+	}
 	if r.FlexStart < 0 || r.FlexStart > MaxFlexStart {
 		return &RequestError{"flex_start", fmt.Sprintf("%v is not between 0 and %v", r.FlexStart, MaxFlexStart)}
 	}
@@ -324,6 +355,37 @@ func (r *Request) normalize(known map[string]bool) error {
 		}
 	}
 	return r.Acceptance.validate()
+}
+
+func (r *Request) validateBlock() error {
+	if r.Block == nil {
+		return nil
+	}
+	cp := *r.Block // the caller's, which the default count must not change
+	r.Block = &cp
+	b := r.Block
+	switch {
+	case b.Duration <= 0:
+		return &RequestError{"block.duration", fmt.Sprintf("%v: want a positive window such as 24h", b.Duration)}
+	case !(b.MaxUpfrontUSD > 0) || math.IsInf(b.MaxUpfrontUSD, 0):
+		return &RequestError{"block.max_upfront_usd", fmt.Sprintf("%v: a block is paid upfront and not refunded; name the most it may cost, in USD", b.MaxUpfrontUSD)}
+	case b.Count < 0 || b.Count > 64:
+		return &RequestError{"block.count", fmt.Sprintf("%d is not between 1 and 64", b.Count)}
+	case b.StartWithin < 0:
+		return &RequestError{"block.start_within", "negative"}
+	case b.StartWithin > 0 && r.Timeout > 0 && b.StartWithin >= r.Timeout:
+		return &RequestError{"block.start_within", fmt.Sprintf("%v: the timeout (%v) must cover the wait for the block's start", b.StartWithin, r.Timeout)}
+	case r.Spot != provider.OnDemand:
+		return &RequestError{"block", "a block is not spot capacity: ask for one or the other"}
+	case r.FlexStart > 0:
+		return &RequestError{"block", "a block is not queued capacity: ask for flex_start or a block"}
+	case r.Reservation != "" || r.Reserved == provider.RequireReserved:
+		return &RequestError{"block", "a request that buys a block launches into it: drop reservation/reserved, or drop the block"}
+	}
+	if b.Count == 0 {
+		b.Count = 1
+	}
+	return nil
 }
 
 func (a *Acceptance) validate() error {
@@ -345,10 +407,14 @@ func (a *Acceptance) validate() error {
 }
 
 func (r *Request) resources() *provider.ResourceRequest {
-	return &provider.ResourceRequest{
+	rr := &provider.ResourceRequest{
 		GPU: r.GPU, GPUCount: r.GPUCount, MinGPUMemoryGB: r.MinGPUMemoryGB,
 		MaxPricePerHour: r.MaxPricePerHour, Spot: r.Spot, Regions: r.Regions, Image: r.Image,
 		MinVCPUs: r.MinVCPUs, MinMemoryGB: r.MinMemoryGB, DiskGB: r.DiskGB, Zones: r.Zones,
 		Reserved: r.Reserved, Reservation: r.Reservation, FlexStart: r.FlexStart,
 	}
+	if r.Block != nil {
+		rr.Block = &provider.BlockQuery{Count: r.Block.Count, Duration: r.Block.Duration}
+	}
+	return rr
 }

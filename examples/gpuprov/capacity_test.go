@@ -121,3 +121,45 @@ func TestCLIFlexStartSurvivesSIGKILL(t *testing.T) {
 	}
 	c.ok("down", "--all")
 }
+
+// TestCLIBlockBoughtBehindTheOptIn: `offers --block 24h` lists sim-a's
+// capacity blocks with their upfront fee and buys nothing; `up --block`
+// without a fee cap is refused before anything is bought; with one, the
+// block is bought, the VM launched into it at its start (3 s after the sim
+// started) and leashed 35 minutes before its end.
+func TestCLIBlockBoughtBehindTheOptIn(t *testing.T) {
+	c := newCLIEnv(t)
+	sim := startSim(t, c, simCloud("sim-b", "300ms")+simCloud("sim-a", "300ms")+`
+[[clouds.block_offerings]]
+id = "blk-1"
+offer_id = "a-h100x8-use1a"
+count = 1
+start_in = "3s"
+duration = "24h"
+upfront_fee = 900
+reclaims = "30m"
+`)
+	c.writeConfig(sim.config)
+
+	table := c.ok("offers", "--gpu", "h100", "--count", "8", "--block", "24h").stdout
+	if !strings.Contains(table, "UPFRONT") || !strings.Contains(table, "gpu.h100.8x") || !strings.Contains(table, "$900.00") {
+		t.Fatalf("offers --block 24h should list sim-a's block for $900.00:\n%s", table)
+	}
+	if r := c.run("up", "--gpu", "h100", "--count", "8", "--name", "blk-0", "--block", "24h", "--timeout", "60s"); r.code == 0 ||
+		!strings.Contains(r.stderr, "max_upfront_usd") {
+		t.Fatalf("up --block without a fee cap: exit %d\n%s", r.code, r.stderr)
+	}
+	c.ok("up", "--gpu", "h100", "--count", "8", "--name", "blk-1", "--block", "24h", "--block-max-fee", "1000", "--timeout", "60s", "--no-accept")
+	live := sim.live(t)
+	if len(live) != 1 || !strings.HasPrefix(live[0].ReservationID, "cb-") {
+		t.Fatalf("the sim runs %+v; want one instance in a bought block", live)
+	}
+	vms := listJSON(t, c)
+	if len(vms) != 1 || vms[0].Left == nil || *vms[0].Left > (24*time.Hour-35*time.Minute).Seconds() || *vms[0].Left < (24*time.Hour-36*time.Minute).Seconds() {
+		t.Fatalf("list: %+v; want blk-1 with about 23h25m of leash left", vms)
+	}
+	if r := c.ok("offers", "--gpu", "h100", "--count", "8", "--block", "24h"); strings.Contains(r.stdout, "$900.00") {
+		t.Errorf("the bought block is still for sale:\n%s", r.stdout)
+	}
+	c.ok("down", "--all")
+}

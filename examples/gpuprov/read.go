@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -301,6 +302,9 @@ func offers(ctx context.Context, e *env, f *upFlags, out string) error {
 		return err
 	}
 	f.name = "offers" // Plan validates a whole Request; the name is not used
+	if f.block > 0 && f.blockFee == 0 {
+		f.blockFee = math.MaxFloat64 // listing buys nothing: show every fee
+	}
 	req, err := f.request(cfg)
 	if err != nil {
 		return err
@@ -337,6 +341,9 @@ func offers(ctx context.Context, e *env, f *upFlags, out string) error {
 	}
 	if out == "json" {
 		return writeJSON(e.stdout, items)
+	}
+	if req.Block != nil {
+		return blockTable(e, res, items)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROVIDER\tLOCATION\tTYPE\tGPU\tVCPU\tMEM\tDISK\tPRICE/H\tSPOT\tHISTORY\tEXPECTED\tNOTE")
@@ -378,6 +385,29 @@ func offers(ctx context.Context, e *env, f *upFlags, out string) error {
 			why = "no offers match"
 		}
 		fmt.Fprintln(e.stderr, why)
+	}
+	return nil
+}
+
+// blockTable prints `offers --block`: the capacity blocks for sale.
+func blockTable(e *env, res *gpuprov.PlanResult, items []offerItem) error {
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROVIDER\tLOCATION\tTYPE\tGPU\tCOUNT\tSTART\tEND\tUPFRONT\tNOTE")
+	for _, it := range items {
+		b := it.Block
+		note := ""
+		if it.LeftOut != "" {
+			note = "left out: " + it.LeftOut
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s×%d\t%d\t%s\t%s\t%s\t%s\n", it.Provider, it.Location, it.InstanceType, it.GPU, it.GPUCount,
+			b.Count, b.Start.UTC().Format("2006-01-02 15:04Z"), b.End.UTC().Format("2006-01-02 15:04Z"), usd(b.UpfrontFee), note)
+	}
+	tw.Flush()
+	for name, perr := range res.Errors {
+		fmt.Fprintf(e.stderr, "warning: provider %s skipped: %s\n", name, oneLine(perr.Error()))
+	}
+	if len(items) == 0 {
+		fmt.Fprintln(e.stderr, cmp.Or(res.Explanation, "no block offerings match"))
 	}
 	return nil
 }

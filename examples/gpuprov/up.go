@@ -54,6 +54,10 @@ type upFlags struct {
 	reserved    string
 	reservation string
 	flexStart   time.Duration
+	block       time.Duration // a capacity block's window
+	blockFee    float64       // its most upfront fee, USD
+	blockCount  int
+	blockWithin time.Duration
 	noAccept    bool
 	dcgm        int
 	acceptCmd   string
@@ -159,6 +163,9 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 		}
 		req.Labels[k] = v
 	}
+	if f.block > 0 {
+		req.Block = &gpuprov.BlockRequest{Duration: f.block, MaxUpfrontUSD: f.blockFee, Count: f.blockCount, StartWithin: f.blockWithin}
+	}
 	if f.wait && (f.changed == nil || !f.changed("timeout")) {
 		req.Timeout = defaultWaitTimeout
 	}
@@ -220,6 +227,10 @@ func addNeedsFlags(fl *pflag.FlagSet, f *upFlags) {
 	fl.StringVar(&f.rank, "rank", "price", "order offers by list price, or by expected-cost of a usable machine (from the journal's history of each offer)")
 	fl.StringVar(&f.reserved, "reserved", "", "capacity the account holds (reservations): empty to use it first where it fits, require to use nothing else, forbid to leave it alone")
 	fl.DurationVar(&f.flexStart, "flex-start", 0, "queue for capacity (GCP flex-start, the sim's flex queue) and run at most this long: the launch waits in the cloud's queue until --timeout")
+	fl.DurationVar(&f.block, "block", 0, "buy a capacity block of this window (AWS Capacity Blocks for ML, the sim's blocks) and launch into it: paid upfront, not refunded; needs --block-max-fee")
+	fl.Float64Var(&f.blockFee, "block-max-fee", 0, "with --block: the most the block may cost upfront, in USD (the opt-in to buying it)")
+	fl.IntVar(&f.blockCount, "block-count", 0, "with --block: instances the block holds (default 1; launch more VMs into it with --reservation)")
+	fl.DurationVar(&f.blockWithin, "block-start-within", 0, "with --block: the block must start within this long (default: any start sold); --timeout must cover it")
 	fl.StringVar(&f.reservation, "reservation", "", "launch into this reservation (its id or name); a targeted one is used only when named")
 }
 
@@ -259,6 +270,10 @@ func (f *upFlags) checkNumbers() error {
 		return usageErrorf("--disk %d: want 1 to 65536 GB (leave the flag out for the provider's default)", f.diskGB)
 	case typed("ttl") && f.ttl <= 0:
 		return usageErrorf("--ttl %v: want a positive duration such as 8h (leave the flag out for no limit)", f.ttl)
+	case (typed("block-max-fee") || typed("block-count") || typed("block-start-within")) && !typed("block"):
+		return usageErrorf("--block-max-fee, --block-count and --block-start-within need --block")
+	case typed("block") && f.block <= 0:
+		return usageErrorf("--block %v: want a positive window such as 24h", f.block)
 	case typed("flex-start") && f.flexStart <= 0:
 		return usageErrorf("--flex-start %v: want a positive run duration such as 4h (leave the flag out to not queue)", f.flexStart)
 	case typed("max-cost") && !(f.maxCost > 0 && !math.IsInf(f.maxCost, 0)):

@@ -55,19 +55,21 @@ var codeKinds = map[string]provider.ErrorKind{
 	"out_of_capacity": provider.Capacity,
 	// A reservation that is full or has ended refuses this offer only;
 	// the shape's ordinary capacity is another offer.
-	"reservation_full":   provider.Unavailable,
-	"reservation_ended":  provider.Unavailable,
-	"quota_exceeded":     provider.Quota, // blocks the region
-	"insufficient_funds": provider.Quota, // blocks the provider: see classify
-	"unauthorized":       provider.Credentials,
-	"invalid_request":    provider.InvalidRequest,
-	"unknown_firewall":   provider.Transient, // a shared firewall removed meanwhile: Create says ErrSharedGone
-	"rate_limited":       provider.Transient,
-	"internal":           provider.Transient,
-	"unavailable":        provider.Transient,
-	"timeout":            provider.Transient,
-	"conflict":           provider.Transient, // a dependency still shutting down
-	"not_found":          provider.Failed,    // primitives that expect it treat it as success first
+	"reservation_full":  provider.Unavailable,
+	"reservation_ended": provider.Unavailable,
+	// A bought block that has not started yet: this offer, later.
+	"reservation_not_started": provider.Unavailable,
+	"quota_exceeded":          provider.Quota, // blocks the region
+	"insufficient_funds":      provider.Quota, // blocks the provider: see classify
+	"unauthorized":            provider.Credentials,
+	"invalid_request":         provider.InvalidRequest,
+	"unknown_firewall":        provider.Transient, // a shared firewall removed meanwhile: Create says ErrSharedGone
+	"rate_limited":            provider.Transient,
+	"internal":                provider.Transient,
+	"unavailable":             provider.Transient,
+	"timeout":                 provider.Transient,
+	"conflict":                provider.Transient, // a dependency still shutting down
+	"not_found":               provider.Failed,    // primitives that expect it treat it as success first
 }
 
 // classify maps an error answer to a *provider.Error: by code first, then,

@@ -25,6 +25,7 @@ func TestClassify(t *testing.T) {
 		{409, "out_of_capacity", "", provider.Capacity, provider.ScopeOffer, 0},
 		{409, "reservation_full", "", provider.Unavailable, provider.ScopeOffer, 0},
 		{409, "reservation_ended", "", provider.Unavailable, provider.ScopeOffer, 0},
+		{409, "reservation_not_started", "", provider.Unavailable, provider.ScopeOffer, 0},
 		{403, "quota_exceeded", "", provider.Quota, provider.ScopeRegion, 0},
 		{402, "insufficient_funds", "", provider.Quota, provider.ScopeProvider, 0},
 		{401, "unauthorized", "", provider.Credentials, provider.ScopeProvider, 0},

@@ -89,6 +89,7 @@ func TestFlexStartQueuedSurvivesACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p2.Close()
+	e.clk.Advance(time.Minute) // the dead launcher's lease runs out
 	rep, err := p2.Recover(context.Background())
 	if err != nil {
 		t.Fatal(err)

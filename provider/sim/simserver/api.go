@@ -38,6 +38,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET "+p+"placement-groups", s.api("list_placement_groups", s.listPlacementGroups))
 	mux.Handle("GET "+p+"reservations", s.api("list_reservations", s.listReservations))
 	mux.Handle("GET "+p+"quotas", s.api("list_quotas", s.listQuotas))
+	mux.Handle("GET "+p+"block-offerings", s.api("list_block_offerings", s.listBlockOfferings))
+	mux.Handle("POST "+p+"block-purchases", s.api("purchase_block", s.purchaseBlock))
 	s.adminRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, CodeNotFound, "no route for %s %s", r.Method, r.URL.Path))

@@ -3,8 +3,11 @@ package simserver
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,6 +32,43 @@ type Reservation struct {
 	// cloud deletes the instances still in it this long before EndsAt
 	// (event run_ended). Zero: they outlive it.
 	Reclaims Duration `json:"reclaims,omitempty" toml:"reclaims,omitempty"`
+	// StartsAt, when set, is when it starts: a create naming it before
+	// then is refused with reservation_not_started (a bought block).
+	StartsAt time.Time `json:"starts_at,omitzero" toml:"starts_at,omitempty"`
+	// Labels are a bought block's, from its purchase.
+	Labels map[string]string `json:"labels,omitempty" toml:"labels,omitempty"`
+}
+
+// BlockOffering is capacity the cloud sells ahead for a fixed window, paid
+// upfront, as an AWS Capacity Block for ML offering is: Count instances of
+// the offer OfferID from StartIn after the server started, for Duration.
+// POST block-purchases buys it once: it becomes a targeted reservation of
+// the account, labelled as the purchase asks, that starts and ends with
+// the window and deletes its instances Reclaims before its end.
+type BlockOffering struct {
+	ID         string   `json:"id" toml:"id"`
+	OfferID    string   `json:"offer_id" toml:"offer_id"`
+	Count      int      `json:"count" toml:"count"`
+	StartIn    Duration `json:"start_in,omitempty" toml:"start_in,omitempty"`
+	Duration   Duration `json:"duration" toml:"duration"`
+	UpfrontFee float64  `json:"upfront_fee" toml:"upfront_fee"`
+	Reclaims   Duration `json:"reclaims,omitempty" toml:"reclaims,omitempty"`
+}
+
+// BlockOfferingView is an offering as GET block-offerings lists it.
+type BlockOfferingView struct {
+	ID           string    `json:"id"`
+	OfferID      string    `json:"offer_id"`
+	Region       string    `json:"region"`
+	Zone         string    `json:"zone,omitempty"`
+	InstanceType string    `json:"instance_type"`
+	GPU          string    `json:"gpu"`
+	GPUCount     int       `json:"gpu_count"`
+	Count        int       `json:"count"`
+	Start        time.Time `json:"start"`
+	End          time.Time `json:"end"`
+	UpfrontFee   float64   `json:"upfront_fee"`
+	Reclaims     Duration  `json:"reclaims,omitempty"`
 }
 
 // Quota is a limit on the GPUs an account may run in a region: those of
@@ -65,8 +105,9 @@ type QuotaView struct {
 
 // Error codes of a create into a reservation.
 const (
-	CodeReservationFull  = "reservation_full"
-	CodeReservationEnded = "reservation_ended"
+	CodeReservationFull       = "reservation_full"
+	CodeReservationEnded      = "reservation_ended"
+	CodeReservationNotStarted = "reservation_not_started"
 )
 
 func validateCapacity(c *CloudConfig, offers map[string]bool) error {
@@ -87,6 +128,18 @@ func validateCapacity(c *CloudConfig, offers map[string]bool) error {
 			}
 		}
 	}
+	bids := map[string]bool{}
+	for _, b := range c.BlockOfferings {
+		switch {
+		case b.ID == "" || bids[b.ID]:
+			return fmt.Errorf("simserver: cloud %s: empty or duplicate block offering id %q", c.Name, b.ID)
+		case !offers[b.OfferID]:
+			return fmt.Errorf("simserver: cloud %s: block offering %s: unknown offer %q", c.Name, b.ID, b.OfferID)
+		case b.Count < 1 || b.Duration <= 0 || b.StartIn < 0 || b.UpfrontFee < 0 || b.Reclaims < 0 || b.Reclaims >= b.Duration:
+			return fmt.Errorf("simserver: cloud %s: block offering %s: want a count of 1 or more, a positive duration longer than reclaims, no negative start_in or fee", c.Name, b.ID)
+		}
+		bids[b.ID] = true
+	}
 	for _, q := range c.Quotas {
 		if q.Region == "" || q.Limit < 0 {
 			return fmt.Errorf("simserver: cloud %s: quota %+v: want a region and a limit of 0 or more", c.Name, q)
@@ -101,7 +154,17 @@ func (c *cloud) reservation(id string) *Reservation {
 			return &c.cfg.Reservations[i]
 		}
 	}
+	for i := range c.bought {
+		if c.bought[i].ID == id {
+			return &c.bought[i]
+		}
+	}
 	return nil
+}
+
+// reservations returns the configured reservations and the bought blocks.
+func (c *cloud) reservations() []Reservation {
+	return append(slices.Clone(c.cfg.Reservations), c.bought...)
 }
 
 // reservationInUse counts the instances of reservation id that are not
@@ -138,6 +201,8 @@ func (c *cloud) admitReserved(id string, of *Offer, now time.Time) *apiError {
 		return errorf(http.StatusBadRequest, CodeInvalidRequest, "reservation %s holds offer %s, not %s", id, r.OfferID, of.ID)
 	case !r.EndsAt.IsZero() && !now.Before(r.EndsAt):
 		return errorf(http.StatusConflict, CodeReservationEnded, "reservation %s ended at %s", id, r.EndsAt.UTC().Format(time.RFC3339))
+	case now.Before(r.StartsAt):
+		return errorf(http.StatusConflict, CodeReservationNotStarted, "reservation %s starts at %s", id, r.StartsAt.UTC().Format(time.RFC3339))
 	}
 	if n := c.reservationInUse(id); n >= r.Count {
 		return errorf(http.StatusConflict, CodeReservationFull, "reservation %s is full: %d of %d in use", id, n, r.Count)
@@ -165,17 +230,32 @@ func (c *cloud) admitQuota(of *Offer) *apiError {
 
 func (s *Server) listReservations(c *cloud, r *http.Request, _ []byte, now time.Time) (int, any, *apiError) {
 	s.settleAll(c)
-	region := r.URL.Query().Get("region")
+	q := r.URL.Query()
+	region := q.Get("region")
+	want := map[string]string{}
+	for _, l := range q["label"] {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "label filter %q: want key=value", l)
+		}
+		want[k] = v
+	}
 	out := []ReservationView{}
-	for _, res := range c.cfg.Reservations {
+	for _, res := range c.reservations() {
 		of := c.offers[res.OfferID]
 		if region != "" && of.Region != region {
 			continue
 		}
+		if !labelsMatch(res.Labels, want, nil) {
+			continue
+		}
 		v := ReservationView{Reservation: res, Region: of.Region, Zone: of.Zone, InstanceType: of.InstanceType,
 			GPU: of.GPU, GPUCount: of.GPUCount, InUse: c.reservationInUse(res.ID), State: "active"}
-		if !res.EndsAt.IsZero() && !now.Before(res.EndsAt) {
+		switch {
+		case !res.EndsAt.IsZero() && !now.Before(res.EndsAt):
 			v.State = "ended"
+		case now.Before(res.StartsAt):
+			v.State = "scheduled"
 		}
 		out = append(out, v)
 	}
@@ -200,4 +280,96 @@ func (s *Server) listQuotas(c *cloud, r *http.Request, _ []byte, _ time.Time) (i
 		return cmp.Or(cmp.Compare(a.Region, b.Region), cmp.Compare(a.Name, b.Name))
 	})
 	return http.StatusOK, map[string][]QuotaView{"quotas": out}, nil
+}
+
+// blockWindow is when offering b's window starts and ends: StartIn after
+// the server started, or, for a StartIn of zero, at now (it starts when
+// bought).
+func (c *cloud) blockWindow(b *BlockOffering, now time.Time) (time.Time, time.Time) {
+	start := c.started.Add(b.StartIn.Std())
+	if b.StartIn == 0 {
+		start = now
+	}
+	return start, start.Add(b.Duration.Std())
+}
+
+func (s *Server) listBlockOfferings(c *cloud, r *http.Request, _ []byte, now time.Time) (int, any, *apiError) {
+	q := r.URL.Query()
+	var dur time.Duration
+	if v := q.Get("duration"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "duration %q: want a positive Go duration such as 24h", v)
+		}
+		dur = d
+	}
+	count := 0
+	if v := q.Get("count"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "count %q: want 1 or more", v)
+		}
+		count = n
+	}
+	var before time.Time
+	if v := q.Get("start_before"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "start_before %q: want RFC 3339", v)
+		}
+		before = t
+	}
+	out := []BlockOfferingView{}
+	for i := range c.cfg.BlockOfferings {
+		b := &c.cfg.BlockOfferings[i]
+		start, end := c.blockWindow(b, now)
+		of := c.offers[b.OfferID]
+		switch {
+		case c.sold[b.ID], start.Before(now), dur > 0 && b.Duration.Std() != dur, count > 0 && b.Count != count,
+			!before.IsZero() && start.After(before), q.Get("region") != "" && q.Get("region") != of.Region:
+			continue
+		}
+		out = append(out, BlockOfferingView{ID: b.ID, OfferID: b.OfferID, Region: of.Region, Zone: of.Zone,
+			InstanceType: of.InstanceType, GPU: of.GPU, GPUCount: of.GPUCount, Count: b.Count, Start: start, End: end,
+			UpfrontFee: b.UpfrontFee, Reclaims: b.Reclaims})
+	}
+	return http.StatusOK, map[string][]BlockOfferingView{"block_offerings": out}, nil
+}
+
+type blockPurchase struct {
+	OfferingID string            `json:"offering_id"`
+	Labels     map[string]string `json:"labels"`
+}
+
+func (s *Server) purchaseBlock(c *cloud, _ *http.Request, body []byte, now time.Time) (int, any, *apiError) {
+	var req blockPurchase
+	if err := decode(body, &req); err != nil {
+		return 0, nil, err
+	}
+	var b *BlockOffering
+	for i := range c.cfg.BlockOfferings {
+		if c.cfg.BlockOfferings[i].ID == req.OfferingID {
+			b = &c.cfg.BlockOfferings[i]
+		}
+	}
+	if b == nil {
+		return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "unknown block offering %q", req.OfferingID)
+	}
+	start, end := c.blockWindow(b, now)
+	if c.sold[b.ID] || start.Before(now) {
+		return 0, nil, errorf(http.StatusConflict, CodeOutOfCapacity, "block offering %s is no longer sold", b.ID)
+	}
+	if c.faults.InsufficientFunds {
+		return 0, nil, errorf(http.StatusPaymentRequired, CodeInsufficientFunds, "account balance is insufficient to buy block %s", b.ID)
+	}
+	c.counter++
+	res := Reservation{ID: fmt.Sprintf("cb-%08d", c.counter), OfferID: b.OfferID, Count: b.Count, Targeted: true,
+		StartsAt: start, EndsAt: end, Reclaims: b.Reclaims, Labels: maps.Clone(req.Labels)}
+	c.bought = append(c.bought, res)
+	c.sold[b.ID] = true
+	c.stats.BlocksBought++
+	s.save()
+	of := c.offers[res.OfferID]
+	return http.StatusCreated, ReservationView{Reservation: res, Region: of.Region, Zone: of.Zone, InstanceType: of.InstanceType,
+		GPU: of.GPU, GPUCount: of.GPUCount, State: "scheduled"}, nil
 }

@@ -105,6 +105,9 @@ type CloudConfig struct {
 	// Quotas limit the GPUs the account may run per region (GET quotas;
 	// a create past one is refused with quota_exceeded).
 	Quotas []Quota `json:"quotas,omitempty" toml:"quotas,omitempty"`
+	// BlockOfferings are capacity blocks the cloud sells (GET
+	// block-offerings, POST block-purchases).
+	BlockOfferings []BlockOffering `json:"block_offerings,omitempty" toml:"block_offerings,omitempty"`
 }
 
 // Timing is how long the simulated cloud takes.

@@ -44,6 +44,15 @@
 //	                                        ends_at, and region, zone, instance_type, gpu, gpu_count of
 //	                                        its offer, in_use (instances not terminated in it), state
 //	                                        "active" or "ended" (CloudConfig.Reservations)
+//	GET    block-offerings[?duration=&count=&start_before=&region=]
+//	                                        {"block_offerings":[...]}: id, offer_id, region, zone,
+//	                                        instance_type, gpu, gpu_count, count, start, end,
+//	                                        upfront_fee, reclaims; those not sold, starting from now
+//	                                        (CloudConfig.BlockOfferings)
+//	POST   block-purchases                  body {offering_id, labels}: 201 and the reservation it became
+//	                                        (targeted, "cb-" id, starts_at, ends_at, reclaims, labels);
+//	                                        409 out_of_capacity once sold; GET reservations?label=k=v
+//	                                        finds it by its labels
 //	GET    quotas[?region=]                 {"quotas":[...]}: region, gpu (empty: every model), limit,
 //	                                        name ("gpus" or "gpus-<GPU>"), unit "gpus", usage (GPUs of
 //	                                        instances not terminated and not reserved) (CloudConfig.Quotas)
@@ -133,6 +142,7 @@
 //	409 conflict            a firewall or placement group still in use; admin: preempting an instance that is not running
 //	409 reservation_full    a create into a reservation whose every slot is in use
 //	409 reservation_ended   a create into a reservation past its end
+//	409 reservation_not_started a create into a bought block before its start
 //	429 rate_limited        token bucket empty or injected throttling; Retry-After header in seconds
 //	500 internal            injected error, or a create whose response was lost (it landed)
 //	503 unavailable         injected error, or the server is shutting down

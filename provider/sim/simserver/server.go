@@ -74,6 +74,12 @@ type cloud struct {
 	sshKeys   map[string]*SSHKey
 	counter   int
 	stats     Stats
+	// bought are the blocks bought (reservations beside the configured
+	// ones), sold the block offerings they were; started is when the
+	// server started (block offerings' windows count from it).
+	bought  []Reservation
+	sold    map[string]bool
+	started time.Time
 }
 
 // Start starts a server with opts: it loads opts.StateFile if it exists,
@@ -103,7 +109,7 @@ func Start(opts Options) (*Server, error) {
 			limiter: cc.Faults.newLimiter(), rnd: mrand.New(mrand.NewPCG(opts.Seed, h.Sum64())),
 			instances: map[string]*instance{}, tokens: map[string]string{}, byLabel: map[label]map[string]struct{}{},
 			firewalls: map[string]*Firewall{}, sshKeys: map[string]*SSHKey{}, groups: map[string]*PlacementGroup{},
-			stats: Stats{Calls: map[string]int{}, Errors: map[string]int{}}}
+			stats: Stats{Calls: map[string]int{}, Errors: map[string]int{}}, sold: map[string]bool{}, started: opts.Clock.Now()}
 		for i := range cc.Offers {
 			c.offers[cc.Offers[i].ID] = &cc.Offers[i]
 		}

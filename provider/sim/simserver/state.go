@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,6 +31,9 @@ type cloudState struct {
 	Firewalls []Firewall       `json:"firewalls"`
 	Groups    []PlacementGroup `json:"placement_groups,omitempty"`
 	SSHKeys   []SSHKey         `json:"ssh_keys"`
+	// Bought are the blocks bought, Sold the offerings they were.
+	Bought []Reservation `json:"bought_blocks,omitempty"`
+	Sold   []string      `json:"sold_block_offerings,omitempty"`
 }
 
 // load reads opts.StateFile into the clouds configured; a missing file is
@@ -66,6 +70,10 @@ func (s *Server) load() error {
 			c.apiKey = cs.APIKey
 		}
 		c.counter = cs.Counter
+		c.bought = cs.Bought
+		for _, id := range cs.Sold {
+			c.sold[id] = true
+		}
 		if cs.Stats.Calls != nil {
 			c.stats = cs.Stats.clone()
 		}
@@ -160,7 +168,7 @@ func (s *Server) encodeLocked() ([]byte, error) {
 	for name, c := range s.clouds {
 		r := c.resources()
 		cs := &cloudState{APIKey: c.apiKey, Counter: c.counter, Stats: c.stats, Firewalls: r.Firewalls, SSHKeys: r.SSHKeys, Groups: r.PlacementGroups,
-			Instances: make([]*instance, 0, len(c.instances))}
+			Instances: make([]*instance, 0, len(c.instances)), Bought: slices.Clone(c.bought), Sold: slices.Sorted(maps.Keys(c.sold))}
 		for _, in := range c.instances {
 			cs.Instances = append(cs.Instances, in)
 		}

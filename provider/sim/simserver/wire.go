@@ -173,12 +173,13 @@ type PlacementGroup struct {
 type Stats struct {
 	Calls             map[string]int `json:"calls"`
 	Errors            map[string]int `json:"errors"`
-	RateLimited       int            `json:"rate_limited"`       // 429s sent, token bucket and injected
-	Creates           int            `json:"creates"`            // instances created
-	IdempotentReplays int            `json:"idempotent_replays"` // creates answered with an existing instance
-	Deletes           int            `json:"deletes"`            // delete requests that started a deletion
-	LostCreates       int            `json:"lost_creates"`       // creates whose response was lost
-	Timeouts          int            `json:"timeouts"`           // requests held past the client's timeout
+	RateLimited       int            `json:"rate_limited"`            // 429s sent, token bucket and injected
+	Creates           int            `json:"creates"`                 // instances created
+	IdempotentReplays int            `json:"idempotent_replays"`      // creates answered with an existing instance
+	Deletes           int            `json:"deletes"`                 // delete requests that started a deletion
+	BlocksBought      int            `json:"blocks_bought,omitempty"` // block offerings bought
+	LostCreates       int            `json:"lost_creates"`            // creates whose response was lost
+	Timeouts          int            `json:"timeouts"`                // requests held past the client's timeout
 	BootFailures      int            `json:"boot_failures"`
 	Preemptions       int            `json:"preemptions"`
 }
