@@ -61,6 +61,15 @@ func requestID(spec *provider.InstanceSpec) string {
 // with NO_RESERVATION. A reservation that is full, gone, not READY or
 // refuses the instance is Unavailable for that offer only (see
 // reservationRefusal), never Capacity.
+//
+// A flex-start offer (Offer.MaxRunDuration) launches as a Flex-start VM:
+// provisioningModel FLEX_START with the offer's maxRunDuration, deleted at
+// its end, NO_RESERVATION, waiting up to two hours for capacity
+// (params.requestValidForDuration; see flexstart.go). Its insert operation
+// runs for as long as the request is queued, so Create does not wait for
+// it: it reads it once (checkOnce), returns the error it already carries,
+// if any, and else the instance id; Observe reports the queued VM as
+// pending with Queued set.
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	var d offerDetail
 	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.MachineType == "" {
@@ -73,6 +82,11 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	zone := offer.Location.Zone
 	if zone == "" {
 		return "", p.errorf(provider.InvalidRequest, "create", "offer %s has no zone", offer.Key())
+	}
+	if d.FlexStartSeconds > 0 && (offer.Spot || d.Reservation != "" || !flexSupported(d.MachineType)) {
+		return "", p.errorf(provider.InvalidRequest, "create",
+			"offer %s: a Flex-start VM is an on-demand %s VM of an accelerator-optimized series (%s), never Spot or in a reservation",
+			offer.Key(), d.MachineType, strings.Join(flexSeries, ", "))
 	}
 	if spec.PlacementGroup != "" {
 		if err := p.checkCompact("create", offer, d.MachineType); err != nil {
@@ -95,7 +109,11 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	if t := op.Proto().GetTargetId(); t != 0 {
 		id = strconv.FormatUint(t, 10)
 	}
-	oe, werr := p.wait(ctx, op)
+	wait := p.wait
+	if d.FlexStartSeconds > 0 {
+		wait = p.checkOnce // queued: the operation runs until capacity is found
+	}
+	oe, werr := wait(ctx, op)
 	switch {
 	case oe != nil && IsCode(oe, "RESOURCE_ALREADY_EXISTS"):
 		return p.adopt(ctx, zone, spec)
@@ -180,6 +198,9 @@ func (p *Provider) instance(offer *provider.Offer, d offerDetail, pr prepared, s
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
 	}
 	in.ReservationAffinity = reservationAffinity(d)
+	if d.FlexStartSeconds > 0 {
+		flexScheduling(in, sched, d.FlexStartSeconds)
+	}
 	if spec.PlacementGroup != "" {
 		// Compact placement requires onHostMaintenance TERMINATE, which
 		// sched already sets for every GPU VM.

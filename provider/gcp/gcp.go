@@ -390,9 +390,9 @@ func (p *Provider) Close() error {
 func (p *Provider) Name() string { return p.name }
 
 // Capabilities: GCP supports every feature (Spot, user-data, requestId,
-// per-VM firewall, zones) and compact placement (a compact placement
-// policy per cluster, see EnsurePlacementGroup); the timings and rate come
-// from the config.
+// per-VM firewall, zones), compact placement (a compact placement policy
+// per cluster, see EnsurePlacementGroup) and flex-start (Flex-start VMs,
+// see flexstart.go); the timings and rate come from the config.
 func (p *Provider) Capabilities() provider.Capabilities {
 	c := p.cfg
 	return provider.Capabilities{
@@ -404,6 +404,9 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		// EnsurePlacementGroup and DeletePlacementGroup; Create attaches
 		// spec.PlacementGroup as the instance's resource policy.
 		CompactPlacement: true,
+		// Plan answers a FlexStart request with Flex-start VM offers,
+		// Observe marks a VM waiting for capacity (PENDING) Queued.
+		FlexStart: true,
 	}
 }
 

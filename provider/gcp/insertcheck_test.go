@@ -270,7 +270,14 @@ const (
 	srcCompact     = "https://cloud.google.com/compute/docs/instances/use-compact-placement-policies"
 	srcCompactMT   = "https://cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy"
 	srcConsume     = "https://cloud.google.com/compute/docs/instances/reservations-consume"
+	srcFlexCreate  = "https://cloud.google.com/compute/docs/instances/create-flex-start-vm"
+	srcFlexAbout   = "https://cloud.google.com/compute/docs/instances/about-flex-start-vms"
 )
+
+// flexStartSeries are the GPU machine series that run as Flex-start VMs:
+// "all accelerator-optimized machine types (except A4X and G4)"
+// (srcFlexAbout), of the accelerator-optimized family (srcAccelerated).
+var flexStartSeries = []string{"a4", "a3", "a2", "g2"}
 
 // acceleratorSeries are the machine series whose machine types come with
 // GPUs attached (A4X, A4, A3, A2, G4, G2: the accelerator-optimized
@@ -369,6 +376,50 @@ var bodyRules = []bodyRule{
 				return []violation{{"resource.reservationAffinity", "a Spot VM targets a reservation"}}
 			}
 			return nil
+		}},
+	{"compute.instances.insert", "a Flex-start VM", srcFlexCreate + ` (REST: reservationAffinity NO_RESERVATION; scheduling.maxRunDuration ` +
+		`"must be between 10 minutes and seven days"; requestValidForDuration "between 90 seconds (90) and two hours (7200)", or 0; ` +
+		`instanceTerminationAction STOP or DELETE; onHostMaintenance TERMINATE); ` + srcFlexAbout + ` (supported machine types); ` +
+		srcDiscovery + ` InstanceParams.requestValidForDuration`,
+		func(b map[string]any) []violation {
+			s := sub(b, "scheduling")
+			if str(s, "provisioningModel") != "FLEX_START" {
+				if sub(b, "params")["requestValidForDuration"] != nil || s["maxRunDuration"] != nil {
+					return []violation{{"resource.scheduling", "a queue deadline or run duration on a VM that is not Flex-start"}}
+				}
+				return nil
+			}
+			var out []violation
+			if ms := machineSeries(b); !slices.Contains(flexStartSeries, ms) || len(list(b, "guestAccelerators")) > 0 {
+				out = append(out, violation{"resource.machineType", fmt.Sprintf("series %s runs no Flex-start VM (only %v)", ms, flexStartSeries)})
+			}
+			secs := func(path string, d map[string]any) (int64, bool) {
+				v, err := strconv.ParseInt(str(d, "seconds"), 10, 64)
+				if err != nil {
+					out = append(out, violation{path + ".seconds", fmt.Sprintf("%v is no count of seconds", d["seconds"])})
+				}
+				return v, err == nil
+			}
+			if mrd := sub(s, "maxRunDuration"); mrd == nil {
+				out = append(out, violation{"resource.scheduling.maxRunDuration", "missing on a Flex-start VM"})
+			} else if v, ok := secs("resource.scheduling.maxRunDuration", mrd); ok && (v < 600 || v > 7*24*3600) {
+				out = append(out, violation{"resource.scheduling.maxRunDuration.seconds", fmt.Sprintf("%d is not between 10 minutes and 7 days", v)})
+			}
+			if rv := sub(sub(b, "params"), "requestValidForDuration"); rv != nil {
+				if v, ok := secs("resource.params.requestValidForDuration", rv); ok && v != 0 && (v < 90 || v > 7200) {
+					out = append(out, violation{"resource.params.requestValidForDuration.seconds", fmt.Sprintf("%d is neither 0 nor between 90 and 7200", v)})
+				}
+			}
+			if a := str(s, "instanceTerminationAction"); a != "STOP" && a != "DELETE" {
+				out = append(out, violation{"resource.scheduling.instanceTerminationAction", fmt.Sprintf("%q, want STOP or DELETE", a)})
+			}
+			if t := str(sub(b, "reservationAffinity"), "consumeReservationType"); t != "NO_RESERVATION" {
+				out = append(out, violation{"resource.reservationAffinity.consumeReservationType", fmt.Sprintf("%q on a Flex-start VM, want NO_RESERVATION", t)})
+			}
+			if s["preemptible"] == true {
+				out = append(out, violation{"resource.scheduling.preemptible", "set on a Flex-start VM"})
+			}
+			return out
 		}},
 	{"compute.instances.insert", "machine type given", srcDiscovery + ` Instance.machineType: "This is provided by the client when the instance is created."`,
 		func(b map[string]any) []violation {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/org/gpuprov/provider"
 	"github.com/org/gpuprov/provider/gcp"
@@ -113,6 +114,10 @@ func TestInsertBodiesMatchDiscovery(t *testing.T) {
 		{name: "the request's disk and labels", vm: "needs", req: l4, zone: "us-central1-a", disk: 750,
 			labels: map[string]string{"team": "ml", "cost-center": "r-and-d"}},
 		{name: "compact cluster node, L4 (g2)", vm: "ring-0", req: l4, zone: "us-central1-a", group: "gpuprov-ring"},
+		{name: "flex-start H100 x8 (a3), 8h", vm: "flex-h100", req: provider.ResourceRequest{GPU: "H100-80GB", GPUCount: 8, FlexStart: 8 * time.Hour},
+			zone: "us-central1-a", model: "FLEX_START"},
+		{name: "flex-start L4 (g2), compact cluster node", vm: "flex-ring", req: provider.ResourceRequest{GPU: "L4", GPUCount: 1, FlexStart: 10 * time.Minute},
+			zone: "us-central1-a", model: "FLEX_START", group: "gpuprov-flex"},
 		{name: "compact cluster node, spot A100 x8 (a2)", vm: "ring-1", req: provider.ResourceRequest{GPU: "A100-40GB", GPUCount: 8, Spot: provider.SpotOnly},
 			zone: "us-central1-a", spot: true, model: "SPOT", group: "gpuprov-" + strings.Repeat("r", 55)},
 	} {
@@ -156,6 +161,17 @@ func TestInsertBodiesMatchDiscovery(t *testing.T) {
 			}
 			if tc.model == "SPOT" && (s["automaticRestart"] != false || str(s, "instanceTerminationAction") != "DELETE") {
 				t.Fatalf("spot scheduling %v", s)
+			}
+			if tc.model == "FLEX_START" {
+				// Deleted at the end of the request's run duration, kept
+				// out of reservations, queued for at most two hours.
+				want := fmt.Sprint(int64(tc.req.FlexStart / time.Second))
+				if str(sub(s, "maxRunDuration"), "seconds") != want || str(s, "instanceTerminationAction") != "DELETE" ||
+					str(sub(in, "reservationAffinity"), "consumeReservationType") != "NO_RESERVATION" ||
+					str(sub(sub(in, "params"), "requestValidForDuration"), "seconds") != "7200" {
+					t.Fatalf("flex-start body: scheduling %v, reservation affinity %v, params %v; want maxRunDuration %ss",
+						s, sub(in, "reservationAffinity"), sub(in, "params"), want)
+				}
 			}
 			ga := list(in, "guestAccelerators")
 			if (tc.accel != "") != (len(ga) == 1) {

@@ -314,8 +314,37 @@ func (c *cloud) insert(zone, requestID string, body []byte) *http.Response {
 	c.instances[zone][in.GetName()] = &in
 	c.lagging[id] = c.lag
 	op := c.newOp(zone, "insert", id, nil)
+	if in.GetScheduling().GetProvisioningModel() == "FLEX_START" {
+		// A Flex-start VM waits for capacity: status PENDING ("waiting for
+		// available capacity from Dynamic Workload Scheduler", discovery
+		// document Instance.status), its insert operation RUNNING until
+		// grantFlex.
+		in.Status = proto.String("PENDING")
+		op.Status = computepb.Operation_RUNNING.Enum()
+	}
 	c.requestID[requestID] = op
 	return msg(op)
+}
+
+// grantFlex gives capacity to every queued Flex-start VM: PENDING becomes
+// PROVISIONING (booting; settle then runs it) and its insert operation
+// DONE.
+func (c *cloud) grantFlex() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.instances {
+		for _, in := range m {
+			if in.GetStatus() != "PENDING" {
+				continue
+			}
+			in.Status = proto.String("PROVISIONING")
+			for _, op := range c.ops {
+				if op.GetTargetId() == in.GetId() && op.GetOperationType() == "insert" {
+					op.Status = computepb.Operation_DONE.Enum()
+				}
+			}
+		}
+	}
 }
 
 // notOfferedAnswer is Compute Engine's answer to an insert naming a

@@ -104,7 +104,7 @@ func observed(in *computepb.Instance) provider.Observed {
 	zone := lastSegment(in.GetZone())
 	o := provider.Observed{
 		ID: strconv.FormatUint(in.GetId(), 10), VM: in.GetLabels()[provider.LabelVM],
-		Status: status(in.GetStatus()), VendorStatus: in.GetStatus(),
+		Status: status(in.GetStatus()), VendorStatus: in.GetStatus(), Queued: queued(in),
 		Location:     provider.Location{Region: catalog.RegionOf(zone), Zone: zone},
 		InstanceType: lastSegment(in.GetMachineType()),
 	}
@@ -136,6 +136,13 @@ func sshUser(in *computepb.Instance) string {
 	}
 	return ""
 }
+
+// queued reports whether in waits for capacity: status PENDING, which
+// the discovery document's Instance.status enum gives to a Flex-start VM
+// "waiting for available capacity from Dynamic Workload Scheduler (DWS)"
+// and to nothing else. PROVISIONING ("Resources are being allocated") is
+// past the queue: the VM is booting.
+func queued(in *computepb.Instance) bool { return in.GetStatus() == "PENDING" }
 
 // status maps a GCE instance status: PROVISIONING/STAGING/PENDING are
 // Pending; RUNNING Running; STOPPING/SUSPENDING/PENDING_STOP/DEPROVISIONING

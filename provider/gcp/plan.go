@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/api/iterator"
@@ -46,6 +47,10 @@ type offerDetail struct {
 	// reserved capacity: Create then keeps the instance out of the
 	// project's open reservations (Create does not see the request).
 	NoReservation bool `json:"no_reservation,omitempty"`
+	// FlexStartSeconds, when positive, makes Create launch a Flex-start
+	// VM with this maxRunDuration (Offer.MaxRunDuration in whole seconds,
+	// as the API takes it).
+	FlexStartSeconds int64 `json:"flex_start_seconds,omitempty"`
 }
 
 // Plan lists the catalog's shapes that satisfy req as one offer per zone,
@@ -61,6 +66,13 @@ type offerDetail struct {
 // serve it is an InvalidRequest error naming it. A request that forbids
 // reserved capacity makes no such call, and its offers launch with
 // NO_RESERVATION. It creates nothing.
+//
+// A request with FlexStart gets flex-start offers only: one per zone of
+// each catalog shape of a series that runs as Flex-start VMs (A4, A3, A2,
+// G2; not N1), on demand, at the on-demand price, with MaxRunDuration =
+// req.FlexStart, and no reservation offer. A FlexStart under 10 minutes or
+// over 7 days (Compute Engine's bounds for maxRunDuration) is an
+// InvalidRequest error naming the bound.
 func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]provider.Offer, error) {
 	var live map[string]map[string]bool // accelerator type → zones
 	if p.cfg.Refine {
@@ -71,6 +83,12 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 			live = z
 		}
 	}
+	flex := req.FlexStart > 0
+	if flex {
+		if err := p.checkFlexStart(req.FlexStart); err != nil {
+			return nil, err
+		}
+	}
 	r := *req
 	if len(r.Regions) == 0 {
 		r.Regions = p.allowedRegions()
@@ -78,7 +96,13 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 	offers := []provider.Offer{}
 	for i := range p.catalog.MachineTypes {
 		m := &p.catalog.MachineTypes[i]
-		d := offerDetail{MachineType: m.Name, NoReservation: req.Reserved == provider.ForbidReserved}
+		if flex && !flexSupported(m.Name) {
+			continue
+		}
+		d := offerDetail{MachineType: m.Name, NoReservation: req.Reserved == provider.ForbidReserved || flex}
+		if flex {
+			d.FlexStartSeconds = int64(req.FlexStart / time.Second)
+		}
 		if m.Attached {
 			d.Accelerator, d.Count = m.AcceleratorType, m.GPUCount
 		}
@@ -89,9 +113,14 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 		for _, rp := range m.Regions {
 			for _, zone := range p.zones(rp, live, m.AcceleratorType) {
 				for _, spot := range []bool{false, true} {
+					// A flex-start offer is priced at the on-demand list
+					// price: Google bills Flex-start VMs of A4, A3 and A2
+					// at a discount ("About Flex-start VMs") but the
+					// catalog's source carries no citable Flex-start
+					// figure, so the offer states the most it costs.
 					price := rp.OnDemand
 					if spot {
-						if !p.cfg.Spot || rp.Spot <= 0 {
+						if flex || !p.cfg.Spot || rp.Spot <= 0 {
 							continue
 						}
 						price = rp.Spot
@@ -103,6 +132,9 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 						DiskGB: p.cfg.DiskSizeGB, // the configured boot disk; Create makes it as large as the request's
 						Family: gpuQuotaMetric[m.AcceleratorType],
 					}
+					if flex {
+						o.MaxRunDuration, o.Family = req.FlexStart, flexFamily(o.Family)
+					}
 					if r.Accepts(&o) {
 						offers = append(offers, o)
 					}
@@ -110,7 +142,9 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 			}
 		}
 	}
-	if req.Reserved != provider.ForbidReserved || req.Reservation != "" {
+	// A Flex-start VM consumes no reservation (NO_RESERVATION): a
+	// flex-start request makes no reservation call.
+	if !flex && (req.Reserved != provider.ForbidReserved || req.Reservation != "") {
 		reserved, err := p.reservationOffers(ctx, req, &r)
 		if err != nil {
 			return nil, err

@@ -26,6 +26,14 @@ import (
 // quota is returned only with a limit above zero, and the standard quota
 // then covers on-demand offers only.
 //
+// Flex-start VMs "consume preemptible quota" (Google Cloud blog,
+// "Introducing Flex-start VMs"): each PREEMPTIBLE_ GPU quota above zero is
+// returned a second time for the flex-start offers (Families: the
+// PREEMPTIBLE_ metric, their Offer.Family). Where the project has no
+// preemptible quota for a model, no regional quota is returned for its
+// flex-start offers (which quota they then draw on is not documented): a
+// create refused for quota says which.
+//
 // A bad region is InvalidRequest before any call; API errors are
 // classified as every call's.
 func (p *Provider) Quotas(ctx context.Context, region string) ([]provider.QuotaLimit, error) {
@@ -93,6 +101,14 @@ func (p *Provider) regionQuotas(region string, qs []*computepb.Quota) []provider
 			continue
 		}
 		out = append(out, ql)
+		if ql.Spot {
+			// Flex-start VMs draw on the same preemptible quota; their
+			// offers carry it as their Family (flexFamily).
+			flex := ql
+			flex.Spot, flex.Families = false, []string{metric}
+			flex.What = "Flex-start " + strings.TrimPrefix(ql.What, "Spot ")
+			out = append(out, flex)
+		}
 	}
 	return out
 }
