@@ -476,6 +476,7 @@ func (p *Provider) recentIDs(region, vm string) []string {
 }
 
 var (
+	_ provider.BlockSeller      = (*Provider)(nil)
 	_ provider.CloudProvider    = (*Provider)(nil)
 	_ provider.Diagnoser        = (*Provider)(nil)
 	_ provider.Lister           = (*Provider)(nil)

@@ -66,6 +66,10 @@
 //	           Duplicate → DescribePlacementGroups, adopt a cluster group of this installation.
 //	DeletePlacementGroup  DescribePlacementGroups + DeletePlacementGroup of this installation's
 //	           group; gone is success, InvalidPlacementGroup.InUse matches provider.ErrInUse.
+//	BlockOfferings  DescribeCapacityBlockOfferings per region and Capacity Block type of the
+//	           GPU (duration in hours, count, from now); PurchaseBlock PurchaseCapacityBlock
+//	           (Linux/UNIX, the VM's tags and gpuprov-attempt on the capacity reservation);
+//	           FindBlock DescribeCapacityReservations by those tags (blocks.go).
 //	Diagnose   DescribeInstances by id (terminated instances included, with StateReason) and
 //	           DescribeInstanceStatus (IncludeAllInstances: status checks, scheduled events).
 //	Quotas     (provider.QuotaReader) Service Quotas GetServiceQuota, service code ec2, for

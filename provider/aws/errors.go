@@ -112,6 +112,15 @@ var codeKinds = map[string]provider.ErrorKind{
 	"ReservationCapacityExceeded":                       provider.Unavailable,
 	"InvalidCapacityReservationId.NotFound":             provider.Unavailable,
 	"InvalidCapacityReservationState.PendingActivation": provider.Unavailable,
+	// PurchaseCapacityBlock of an offering that is no longer on sale (the
+	// reference's client table: InvalidCapacityBlockOfferingIdExpired "The
+	// Capacity Block offering ID is no longer available",
+	// InvalidCapacityBlockOfferingIdNotFound "… cannot be found for this
+	// account"): offerings go first come, first served, so another buyer
+	// took it or it lapsed. Nothing was bought; the offer (whose key names
+	// the offering) is blocked and a fresh plan finds the others.
+	"InvalidCapacityBlockOfferingIdExpired":  provider.Capacity,
+	"InvalidCapacityBlockOfferingIdNotFound": provider.Capacity,
 	// Service Quotas (quotas.go), "Common Errors" and GetServiceQuota's
 	// errors in the Service Quotas API Reference: a quota the region does not
 	// have. Quotas leaves such a quota out rather than failing.
@@ -139,8 +148,9 @@ var codeKinds = map[string]provider.ErrorKind{
 	"InvalidUserData.Malformed":   provider.InvalidRequest,
 	// a reservation id that is not one (terraform-provider-aws's
 	// errors.go as above); Plan asks only for ids of the cr- form
-	"InvalidCapacityReservationId.Malformed": provider.InvalidRequest,
-	"IllegalArgumentException":               provider.InvalidRequest, // Service Quotas: a bad argument
+	"InvalidCapacityReservationId.Malformed":  provider.InvalidRequest,
+	"InvalidCapacityBlockOfferingIdMalformed": provider.InvalidRequest, // client table: not an offering id
+	"IllegalArgumentException":                provider.InvalidRequest, // Service Quotas: a bad argument
 	// credentials and account standing: abort, block the provider
 	"AuthFailure":                provider.Credentials,
 	"UnauthorizedOperation":      provider.Credentials,

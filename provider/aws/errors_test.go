@@ -125,6 +125,9 @@ func TestClassify(t *testing.T) {
 		{"ReservationCapacityExceeded", 400, provider.Unavailable, provider.ScopeOffer, refClient + ": the targeted Capacity Reservation does not have enough available instance capacity"},
 		{"InvalidCapacityReservationState.PendingActivation", 400, provider.Unavailable, provider.ScopeOffer, refClient + ": your Capacity Block is not active yet"},
 		{"InvalidCapacityReservationId.NotFound", 400, provider.Unavailable, provider.ScopeOffer, refTerraform + ": a capacity reservation that does not exist (cancelled, expired)"},
+		{"InvalidCapacityBlockOfferingIdExpired", 400, provider.Capacity, provider.ScopeOffer, refClient + ": the Capacity Block offering ID is no longer available"},
+		{"InvalidCapacityBlockOfferingIdNotFound", 400, provider.Capacity, provider.ScopeOffer, refClient + ": the Capacity Block offering ID cannot be found for this account"},
+		{"InvalidCapacityBlockOfferingIdMalformed", 400, provider.InvalidRequest, provider.ScopeOffer, refClient + ": the Capacity Block offering ID is malformed"},
 		{"InvalidCapacityReservationId.Malformed", 400, provider.InvalidRequest, provider.ScopeOffer, refTerraform + ": not a capacity reservation id"},
 		// Service Quotas (Quotas)
 		{"NoSuchResourceException", 400, provider.Unavailable, provider.ScopeOffer, refQuotas + ": the resource does not exist (a quota the region lacks)"},

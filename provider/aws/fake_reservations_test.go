@@ -27,7 +27,8 @@ type fakeCR struct {
 	ResType                  string // default | capacity-block; default "default"
 	Total, Free              int
 	Start, End               time.Time
-	NoZoneID                 bool // answer the zone name only
+	NoZoneID                 bool              // answer the zone name only
+	Tags                     map[string]string // tagSet; a bought Capacity Block's TagSpecification
 }
 
 func (c *fakeCR) defaults() {
@@ -74,7 +75,7 @@ func (f *fakeEC2) capacityReservations(r *fakeReq) *http.Response {
 			continue
 		}
 		if !filterOK(fs, "state", c.State) || !filterOK(fs, "instance-platform", c.Platform) ||
-			!filterOK(fs, "tenancy", c.Tenancy) || !filterOK(fs, "instance-type", c.Type) {
+			!filterOK(fs, "tenancy", c.Tenancy) || !filterOK(fs, "instance-type", c.Type) || !matchTags(fs, c.Tags) {
 			continue
 		}
 		found[c.ID] = true
@@ -94,9 +95,14 @@ func filterOK(fs map[string][]string, name, v string) bool {
 	return !ok || slices.Contains(vals, v)
 }
 
-func (c *fakeCR) xml() string {
+func (c *fakeCR) xml() string { return `<item>` + c.fields() + `</item>` }
+
+// fields are the CapacityReservation's elements, as an item of
+// capacityReservationSet or inside PurchaseCapacityBlock's
+// capacityReservation.
+func (c *fakeCR) fields() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `<item><capacityReservationId>%s</capacityReservationId><instanceType>%s</instanceType>`+
+	fmt.Fprintf(&b, `<capacityReservationId>%s</capacityReservationId><instanceType>%s</instanceType>`+
 		`<instancePlatform>%s</instancePlatform><availabilityZone>%s</availabilityZone>`, c.ID, c.Type, esc(c.Platform), zoneName(c.ZoneID))
 	if !c.NoZoneID {
 		fmt.Fprintf(&b, `<availabilityZoneId>%s</availabilityZoneId>`, c.ZoneID)
@@ -112,7 +118,9 @@ func (c *fakeCR) xml() string {
 	} else {
 		b.WriteString(`<endDateType>unlimited</endDateType>`)
 	}
-	b.WriteString(`</item>`)
+	if len(c.Tags) > 0 {
+		b.WriteString(tagsXML(c.Tags))
+	}
 	return b.String()
 }
 

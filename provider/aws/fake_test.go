@@ -50,6 +50,10 @@ type fakeEC2 struct {
 	offered   map[string][]string // type → the zone ids that sell it; a type not here is sold everywhere
 	crs       []*fakeCR           // capacity reservations (fake_reservations_test.go)
 	quotas    map[string]float64  // region|quota code → Service Quotas value; absent: NoSuchResourceException
+	blocks    []*fakeOffering     // Capacity Block offerings (fake_blocks_test.go)
+	// losePurchases makes that many PurchaseCapacityBlock calls buy the
+	// block and then answer InternalError (HTTP 500): a lost answer.
+	losePurchases int
 }
 
 type fakeInstance struct {
@@ -234,6 +238,7 @@ func (f *fakeEC2) serve(req *http.Request) (*http.Response, error) {
 	for _, in := range f.instances {
 		f.tick(in)
 	}
+	f.tickReservations()
 	switch r.Action {
 	case "GetParameter":
 		if f.ami == "" {
@@ -275,6 +280,10 @@ func (f *fakeEC2) serve(req *http.Request) (*http.Response, error) {
 		return f.offerings(r), nil
 	case "DescribeCapacityReservations":
 		return f.capacityReservations(r), nil
+	case "DescribeCapacityBlockOfferings":
+		return f.capacityBlockOfferings(r), nil
+	case "PurchaseCapacityBlock":
+		return f.purchaseCapacityBlock(r), nil
 	case "DescribeAvailabilityZones":
 		return f.availabilityZones(r), nil
 	case "GetServiceQuota":

@@ -39,6 +39,11 @@ type offerDetail struct {
 	// reservation (CapacityReservationPreference none), which it otherwise
 	// does silently for a matching launch.
 	NoReservation bool `json:"no_reservation,omitempty"`
+	// BlockOffering is the Capacity Block offering (cb-…) of an offer
+	// with Block set, and Platform the instance platform PurchaseBlock
+	// buys it for (Linux/UNIX): see blocks.go.
+	BlockOffering string `json:"block_offering,omitempty"`
+	Platform      string `json:"platform,omitempty"`
 }
 
 // refinement is what live calls found in one region.

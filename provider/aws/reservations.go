@@ -60,7 +60,7 @@ func (p *Provider) reservationOffers(ctx context.Context, req *provider.Resource
 	}
 	var offers []provider.Offer
 	for _, region := range p.planRegions(req) {
-		crs, err := p.describeReservations(ctx, region, &ec2.DescribeCapacityReservationsInput{Filters: filters})
+		crs, err := p.describeReservations(ctx, "plan", region, &ec2.DescribeCapacityReservationsInput{Filters: filters})
 		if err != nil {
 			p.log.Warn("aws: reading capacity reservations failed; planning without them", "provider", p.name,
 				"region", region, "err", err) // masked by classify
@@ -98,7 +98,7 @@ func (p *Provider) namedReservation(ctx context.Context, req *provider.ResourceR
 		regions = p.cat.Regions()
 	}
 	for _, region := range regions {
-		crs, err := p.describeReservations(ctx, region, &ec2.DescribeCapacityReservationsInput{CapacityReservationIds: []string{id}})
+		crs, err := p.describeReservations(ctx, "plan", region, &ec2.DescribeCapacityReservationsInput{CapacityReservationIds: []string{id}})
 		if IsCode(err, "InvalidCapacityReservationId.NotFound") {
 			continue // another region's, or none
 		}
@@ -127,10 +127,11 @@ func (p *Provider) namedReservation(ctx context.Context, req *provider.ResourceR
 	return nil, nil
 }
 
-// describeReservations pages through DescribeCapacityReservations in region.
-func (p *Provider) describeReservations(ctx context.Context, region string, in *ec2.DescribeCapacityReservationsInput) ([]types.CapacityReservation, error) {
+// describeReservations pages through DescribeCapacityReservations in
+// region, its errors classified as op's.
+func (p *Provider) describeReservations(ctx context.Context, op, region string, in *ec2.DescribeCapacityReservationsInput) ([]types.CapacityReservation, error) {
 	var all []types.CapacityReservation
-	err := p.call(ctx, "plan", func(ctx context.Context) error {
+	err := p.call(ctx, op, func(ctx context.Context) error {
 		pg := ec2.NewDescribeCapacityReservationsPaginator(p.ec2For(region), in)
 		for pg.HasMorePages() {
 			out, err := pg.NextPage(ctx)
@@ -198,7 +199,7 @@ func (p *Provider) reservationOffer(ctx context.Context, region string, cr types
 		// EC2 User Guide, "Monitor Capacity Blocks using EventBridge":
 		// forty minutes before a block ends, "any instances running in
 		// the reservation will begin to terminate in 10 minutes".
-		res.Reclaims = 30 * time.Minute
+		res.Reclaims = blockReclaims
 	}
 	d := offerDetail{InstanceType: typ, ZoneID: zone, PriceSource: src, Reservation: res.ID,
 		CapacityBlock: cr.ReservationType == types.CapacityReservationTypeCapacityBlock}
