@@ -105,6 +105,10 @@ func (p *Provisioner) launchCluster(ctx context.Context, req ClusterRequest) (*C
 	if req.Placement != PlacementAny && min != req.Nodes {
 		return nil, &RequestError{"min_nodes", fmt.Sprintf("%d: a cluster placed %s is all or nothing (leave min_nodes 0)", req.MinNodes, req.Placement)}
 	}
+	if req.Node.Block != nil {
+		// Each node would buy a block of its own: a cluster buys none.
+		return nil, &RequestError{"node.block", "a cluster does not buy capacity blocks: buy one block for every node with one launch (block.count), then launch the cluster into it with node.reservation"}
+	}
 	reqs := make([]Request, req.Nodes)
 	for i := range reqs {
 		reqs[i] = req.Node

@@ -70,6 +70,27 @@ func TestBlockBoughtUnderTheCapThenLaunchedAtItsStart(t *testing.T) {
 	if strings.Join(order, ",") != "block-purchase,block-bought,create-sent" {
 		t.Fatalf("journaled %v; want the purchase, the bought block, then the create", order)
 	}
+	// At the leash's end a reaper deletes it, before the block reclaims it.
+	e.clk.Advance(vm.ExpiresAt.Sub(e.clk.Now()) + time.Second)
+	if got, err := e.p.Reap(context.Background()); err != nil || len(got) != 1 || got[0].Name != "blk-1" || got[0].Err != nil {
+		t.Fatalf("reap at the leash's end: %+v, %v", got, err)
+	}
+	insts, _ := e.srv.Instances(cloudName)
+	for _, in := range insts {
+		for _, ev := range in.Events {
+			if ev.Type == simserver.EventRunEnded {
+				t.Fatalf("the block reclaimed %s before gpuprov deleted it: %+v", in.ID, in.Events)
+			}
+		}
+	}
+	// A cluster buys no blocks: one per node would be bought otherwise.
+	_, err = e.p.LaunchCluster(context.Background(), gpuprov.ClusterRequest{Name: "blk-c", Nodes: 2, Node: blockReq("", 1000)})
+	if !errors.Is(err, gpuprov.ErrInvalidRequest) || !strings.Contains(err.Error(), "node.block") {
+		t.Fatalf("a cluster with a block: %v, want an invalid request naming node.block", err)
+	}
+	if st, _ := e.srv.Stats(cloudName); st.BlocksBought != 1 {
+		t.Fatalf("%d blocks bought, want still 1", st.BlocksBought)
+	}
 }
 
 // TestBlockOverTheCapIsNotBought: every offering costs more than the cap:
