@@ -93,6 +93,9 @@ func (p *Provisioner) fitQuotas(ctx context.Context, offers []provider.Offer) ([
 	read := map[where][]provider.QuotaLimit{}
 	for _, o := range offers {
 		w := where{o.Provider, o.Location.Region}
+		if o.Reservation != nil || o.Block != nil {
+			continue // draws on no quota: nothing to read for it
+		}
 		if _, ok := p.providers[o.Provider].CloudProvider.(provider.QuotaReader); ok {
 			read[w] = nil
 		}

@@ -191,9 +191,10 @@ func (p *Provisioner) plan(ctx context.Context, req *Request, since time.Time) (
 	keyJSON, _ := json.Marshal(struct { // marshalling plain structs cannot fail
 		R *provider.ResourceRequest
 		P []string
-		L bool // labels rule out providers that cannot put them
-		S bool // so do source ranges, on providers that cannot restrict them
-	}{req.resources(), names, len(req.Labels) > 0, len(req.SourceRanges) > 0})
+		L bool          // labels rule out providers that cannot put them
+		S bool          // so do source ranges, on providers that cannot restrict them
+		B *BlockRequest // a block's start bound and fee cap shape its plan
+	}{req.resources(), names, len(req.Labels) > 0, len(req.SourceRanges) > 0, req.Block})
 	key := string(keyJSON)
 
 	entry, ok := p.plans.get(key, p.clock.Now(), p.planTTL, since)

@@ -132,9 +132,11 @@ type QuotaLimit struct {
 }
 
 // Covers reports whether launching o draws on q. Reserved capacity draws on
-// no quota: the reservation was counted when it was made.
+// no quota: the reservation was counted when it was made; nor does a
+// capacity block, which is bought for its window (gpuprov does not count
+// it, and leaves the cloud to refuse the purchase if it must).
 func (q *QuotaLimit) Covers(o *Offer) bool {
-	if o.Reservation != nil || (q.Spot && !o.Spot) || (q.OnDemand && o.Spot) {
+	if o.Reservation != nil || o.Block != nil || (q.Spot && !o.Spot) || (q.OnDemand && o.Spot) {
 		return false
 	}
 	if q.Region != "" && q.Region != o.Location.Region {
