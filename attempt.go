@@ -494,7 +494,9 @@ func (d *driver) boot(ctx context.Context, pp *paced, a *journal.Attempt) error 
 				bootEnd = d.now().Add(pp.caps.BootTimeout)
 				if a.Phase != PhaseQueued {
 					msg := fmt.Sprintf("%s waits for capacity in %s's queue (vendor status %q)", inst.ID, a.Provider, inst.VendorStatus)
-					if err := d.setPhase(ctx, a, PhaseQueued, d.event(EvQueued, a, msg)); err != nil {
+					ev := d.event(EvQueued, a, msg)
+					ev.Phase = PhaseQueued // the phase it enters, as the phase event says
+					if err := d.setPhase(ctx, a, PhaseQueued, ev); err != nil {
 						return err
 					}
 				}
