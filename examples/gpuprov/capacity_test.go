@@ -46,6 +46,12 @@ limit = 0
 	if byVM["res-1"] != "res-h100" || byVM["res-2"] != "res-h100" || byVM["od-3"] != "" || len(byVM) != 3 {
 		t.Fatalf("instances by VM and reservation = %v; want res-1, res-2 in res-h100 and od-3 outside", byVM)
 	}
+	if show := c.ok("show", "res-1").stdout; !strings.Contains(show, "Reserved:   in res-h100") {
+		t.Errorf("show res-1 should say it is in res-h100:\n%s", show)
+	}
+	if show := c.ok("show", "od-3").stdout; strings.Contains(show, "Reserved:") {
+		t.Errorf("show od-3 should not say it is reserved:\n%s", show)
+	}
 	var items []struct {
 		Reservation *struct {
 			ID   string `json:"id"`
@@ -157,6 +163,9 @@ reclaims = "30m"
 	vms := listJSON(t, c)
 	if len(vms) != 1 || vms[0].Left == nil || *vms[0].Left > (24*time.Hour-35*time.Minute).Seconds() || *vms[0].Left < (24*time.Hour-36*time.Minute).Seconds() {
 		t.Fatalf("list: %+v; want blk-1 with about 23h25m of leash left", vms)
+	}
+	if show := c.ok("show", "blk-1").stdout; !strings.Contains(show, "Reserved:   in cb-") || !strings.Contains(show, "Expires:") {
+		t.Errorf("show blk-1 should name its block and its leash:\n%s", show)
 	}
 	if r := c.ok("offers", "--gpu", "h100", "--count", "8", "--block", "24h"); strings.Contains(r.stdout, "$900.00") {
 		t.Errorf("the bought block is still for sale:\n%s", r.stdout)

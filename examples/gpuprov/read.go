@@ -213,6 +213,9 @@ func printShow(e *env, so showOutput) {
 		fmt.Fprintf(w, "Provider:   %s %s (%s)\n", v.Provider, v.Location, v.InstanceType)
 		fmt.Fprintf(w, "Price:      %s/h, cost so far $%.2f\n", price(v.PricePerHour), so.CostUSD)
 	}
+	if v.Reservation != "" {
+		fmt.Fprintf(w, "Reserved:   in %s (capacity the account already pays for: launching into it adds nothing; the price is its shape's list price)\n", v.Reservation)
+	}
 	if v.InstanceID != "" {
 		fmt.Fprintf(w, "Instance:   %s\n", v.InstanceID)
 	}
@@ -222,6 +225,9 @@ func printShow(e *env, so showOutput) {
 	fmt.Fprintf(w, "Created:    %s\n", v.CreatedAt.Format(time.RFC3339))
 	if !v.ReadyAt.IsZero() {
 		fmt.Fprintf(w, "Ready:      %s (after %s)\n", v.ReadyAt.Format(time.RFC3339), v.ReadyAt.Sub(v.CreatedAt).Round(time.Millisecond))
+	}
+	if !v.ExpiresAt.IsZero() {
+		fmt.Fprintf(w, "Expires:    %s (deleted then by any process that reaps)\n", v.ExpiresAt.Format(time.RFC3339))
 	}
 	if v.Owner != "" {
 		fmt.Fprintf(w, "Driven by:  %s (lease until %s)\n", v.Owner, v.LeaseExpiry.Format(time.RFC3339))
