@@ -54,6 +54,9 @@
 //	Cleanup   services.get+delete and secrets.get+delete gpuprov-<vm> if ours;
 //	          404 is success
 //	Diagnose  pods.get + the Observe calls: conditions and container states
+//	Quotas    resourcequotas.list in the namespace (provider.QuotaReader):
+//	          requests.nvidia.com/gpu, pods, cpu and the per-VM Service and
+//	          Secret counts of status.hard with status.used
 //
 // Every call is one attempt: client-go's own resending on a Retry-After
 // answer is defeated (noRetryAfter in kubeconfig.go), so the core is the

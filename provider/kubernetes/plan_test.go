@@ -81,6 +81,12 @@ func TestPlan(t *testing.T) {
 		{provider.ResourceRequest{GPU: "L4", Zones: []string{"zone-c"}}, []string{"zone-c/1xNVIDIA-L4 $2.50"}},
 		{provider.ResourceRequest{GPU: "L4", Regions: []string{"elsewhere"}}, nil},
 		{provider.ResourceRequest{GPU: "L4", Spot: provider.SpotOnly}, nil},
+		// A cluster has no reservations: a request that requires one,
+		// or names one, gets nothing here (and no error: another
+		// provider may hold it); one that forbids them gets the nodes.
+		{provider.ResourceRequest{GPU: "L4", Reserved: provider.RequireReserved}, nil},
+		{provider.ResourceRequest{GPU: "L4", Reservation: "cr-0123456789abcdef0"}, nil},
+		{provider.ResourceRequest{GPU: "L4", Reserved: provider.ForbidReserved, Zones: []string{"zone-b"}}, []string{"zone-b/1xNVIDIA-L4 $2.50"}},
 		// A pod gets the node's CPU and memory in proportion to its
 		// GPUs: 24 vCPUs of node-3's 96 for one of its 4 L4s, 48 of
 		// node-7's for one of its 2.
