@@ -58,6 +58,33 @@ func TestPlanFiltersStockAndNormalizes(t *testing.T) {
 	}
 }
 
+// TestPlanLeavesPrepaidItemsOut: an item whose order charges hours upfront
+// (prepaidTime, "pre-charged for the total number of hours ... regardless
+// of actual usage") is never planned, however cheap per hour; a spot item
+// is planned as Spot.
+func TestPlanLeavesPrepaidItemsOut(t *testing.T) {
+	e := newEnv(t, primeintellect.Config{},
+		primemock.Item{CloudID: "prepaid", GPUType: "H100_80GB", Socket: "SXM5", Provider: "runpod", Region: "united_states", DataCenter: "US-1",
+			Country: "US", Security: "secure_cloud", Stock: "High", GPUCount: 1, GPUMemory: 80, Price: 0.99, PrepaidHours: 720},
+		primemock.Item{CloudID: "spot", GPUType: "H100_80GB", Socket: "SXM5", Provider: "runpod", Region: "united_states", DataCenter: "US-1",
+			Country: "US", Security: "secure_cloud", Stock: "High", GPUCount: 1, GPUMemory: 80, Price: 1.20, Spot: true},
+		primemock.Item{CloudID: "hourly", GPUType: "H100_80GB", Socket: "SXM5", Provider: "runpod", Region: "united_states", DataCenter: "US-1",
+			Country: "US", Security: "secure_cloud", Stock: "High", GPUCount: 1, GPUMemory: 80, Price: 2.10})
+	offers, err := e.p.Plan(context.Background(), &provider.ResourceRequest{GPU: "H100-80GB", GPUCount: 1, Spot: provider.SpotOrOnDemand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range offers {
+		var d map[string]any
+		_ = json.Unmarshal(o.Detail, &d)
+		got = append(got, fmt.Sprintf("%s spot=%v", d["cloudId"], o.Spot))
+	}
+	if want := []string{"spot spot=true", "hourly spot=false"}; !slices.Equal(got, want) {
+		t.Fatalf("offers %v, want %v (the prepaid item left out)", got, want)
+	}
+}
+
 func TestPlanPagesThroughAvailability(t *testing.T) {
 	var its []primemock.Item
 	for i := range 230 {

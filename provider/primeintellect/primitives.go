@@ -70,6 +70,15 @@ func (p *Provider) Plan(ctx context.Context, req *provider.ResourceRequest) ([]p
 		if p.cfg.Security != "" && it.Security != p.cfg.Security {
 			continue
 		}
+		if it.PrepaidTime != nil && *it.PrepaidTime > 0 {
+			// Creating it charges PrepaidTime hours at once, used or not
+			// ("pre-charged for the total number of hours ... regardless
+			// of actual usage"): a purchase gpuprov makes only behind an
+			// opt-in with a price cap (a capacity block), which this
+			// adapter does not offer. Planning it at its hourly price
+			// would hide that charge.
+			continue
+		}
 		if !slices.Contains(it.Images, image) {
 			continue
 		}

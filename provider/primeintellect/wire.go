@@ -13,18 +13,21 @@ import (
 // Wire types: the Prime Intellect API's JSON.
 
 type wireAvailability struct {
-	CloudID     string   `json:"cloudId"`
-	GPUType     string   `json:"gpuType"`
-	Socket      string   `json:"socket"`
-	Provider    string   `json:"provider"`
-	Region      string   `json:"region"`
-	DataCenter  string   `json:"dataCenter"`
-	Country     string   `json:"country"`
-	GPUCount    int      `json:"gpuCount"`
-	GPUMemory   int      `json:"gpuMemory"`
-	StockStatus string   `json:"stockStatus"`
-	Security    string   `json:"security"`
-	IsSpot      bool     `json:"isSpot"`
+	CloudID     string `json:"cloudId"`
+	GPUType     string `json:"gpuType"`
+	Socket      string `json:"socket"`
+	Provider    string `json:"provider"`
+	Region      string `json:"region"`
+	DataCenter  string `json:"dataCenter"`
+	Country     string `json:"country"`
+	GPUCount    int    `json:"gpuCount"`
+	GPUMemory   int    `json:"gpuMemory"`
+	StockStatus string `json:"stockStatus"`
+	Security    string `json:"security"`
+	IsSpot      bool   `json:"isSpot"`
+	// PrepaidTime, when positive, is hours charged at the order whether
+	// used or not (openapi.json, GpuAvailability.prepaidTime).
+	PrepaidTime *float64 `json:"prepaidTime"`
 	Images      []string `json:"images"`
 	Prices      struct {
 		OnDemand       *float64 `json:"onDemand"`

@@ -29,6 +29,9 @@ type Item struct {
 	GPUCount, GPUMemory                                                              int
 	Price                                                                            float64 // per GPU-hour
 	Spot                                                                             bool
+	// PrepaidHours, when positive, is served as prepaidTime: hours charged
+	// at the order.
+	PrepaidHours float64
 }
 
 // Pod is a pod of the fake.
@@ -193,7 +196,11 @@ func (a *API) route(r *http.Request, path string, body []byte) *http.Response {
 			if it.Security == "community_cloud" {
 				prices = map[string]any{"currency": "USD", "communityPrice": it.Price}
 			}
-			match = append(match, map[string]any{"cloudId": it.CloudID, "gpuType": it.GPUType, "socket": it.Socket,
+			var prepaid any // null: none
+			if it.PrepaidHours > 0 {
+				prepaid = it.PrepaidHours
+			}
+			match = append(match, map[string]any{"prepaidTime": prepaid, "cloudId": it.CloudID, "gpuType": it.GPUType, "socket": it.Socket,
 				"provider": it.Provider, "region": it.Region, "dataCenter": it.DataCenter, "country": it.Country,
 				"gpuCount": it.GPUCount, "gpuMemory": it.GPUMemory, "stockStatus": it.Stock, "security": it.Security,
 				"isSpot": it.Spot, "images": []string{"ubuntu_22_cuda_12", "cuda_12_4_pytorch_2_5"}, "prices": prices,
