@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -87,31 +86,8 @@ func TestCLIFlexStartSurvivesSIGKILL(t *testing.T) {
 `)
 	c.writeConfig(sim.config)
 
-	up := c.command("up", "--gpu", "h100", "--name", "flex-1", "--flex-start", "2h", "--timeout", "60s", "--no-accept")
-	var upOut strings.Builder
-	up.Stdout, up.Stderr = &upOut, &upOut
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- up.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		vms := listJSON(t, c)
-		if len(vms) == 1 && vms[0].Phase == "queued" {
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = up.Process.Kill()
-			<-waited
-			t.Fatalf("flex-1 never reached phase queued: %+v\nup printed:\n%s", vms, upOut.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := up.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-waited
+	c.killUpWhen(t, func(vms []listedVM) bool { return len(vms) == 1 && vms[0].Phase == "queued" },
+		"--gpu", "h100", "--name", "flex-1", "--flex-start", "2h", "--timeout", "60s", "--no-accept")
 	if live := sim.live(t); len(live) != 1 || live[0].Status != "queued" {
 		t.Fatalf("after the kill the sim runs %+v, want one queued instance", live)
 	}

@@ -318,3 +318,37 @@ func (s *simServer) sideResources(t *testing.T) int {
 	}
 	return n
 }
+
+// killUpWhen runs `gpuprov up args...` until the journal's VMs (list -o
+// json) satisfy when, then kills it with SIGKILL, as a crash would, and
+// returns what it printed. It fails the test when that does not happen
+// within 20 seconds.
+func (c *cliEnv) killUpWhen(t *testing.T, when func([]listedVM) bool, args ...string) string {
+	t.Helper()
+	up := c.command(append([]string{"up"}, args...)...)
+	var out strings.Builder
+	up.Stdout, up.Stderr = &out, &out
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- up.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		vms := listJSON(t, c)
+		if when(vms) {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = up.Process.Kill()
+			<-waited
+			t.Fatalf("up %v: the journal never got there: %+v\nup printed:\n%s", args, vms, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := up.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-waited
+	return out.String()
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -125,32 +124,9 @@ func TestCLICrashRecover(t *testing.T) {
 	sim := startSim(t, c, simTimings)
 	c.writeConfig(sim.config)
 
-	up := c.command("up", "--gpu", "h100", "--name", "crash-1", "--provider", "sim-b", "--timeout", "60s")
-	var upOut strings.Builder
-	up.Stdout, up.Stderr = &upOut, &upOut
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- up.Wait() }()
 	// Mid-boot, per the journal: the VM's phase is boot.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		vms := listJSON(t, c)
-		if len(vms) == 1 && vms[0].Phase == "boot" {
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = up.Process.Kill()
-			<-waited
-			t.Fatalf("crash-1 never reached phase boot: %+v\nup printed:\n%s", vms, upOut.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := up.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-waited
+	c.killUpWhen(t, func(vms []listedVM) bool { return len(vms) == 1 && vms[0].Phase == "boot" },
+		"--gpu", "h100", "--name", "crash-1", "--provider", "sim-b", "--timeout", "60s")
 	if live := sim.live(t); len(live) != 1 {
 		t.Fatalf("mid-boot the sim runs %d instances, want 1: %+v", len(live), live)
 	}
@@ -233,37 +209,13 @@ func TestCLIWaitForCapacityAcrossAKill(t *testing.T) {
 	c.writeConfig(sim.config)
 	sim.adminPut(t, "/admin/clouds/sim-a/faults", map[string]any{"stockout_regions": []string{"*"}})
 
-	up := c.command("up", "--gpu", "h100", "--name", "wait-1", "--provider", "sim-a", "--wait", "--wait-poll", "200ms",
-		"--timeout", "2m", "--ttl", "1h")
-	var upOut strings.Builder
-	up.Stdout, up.Stderr = &upOut, &upOut
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- up.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		vms := listJSON(t, c)
-		if len(vms) == 1 && vms[0].State == "waiting" {
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = up.Process.Kill()
-			<-waited
-			t.Fatalf("wait-1 never waited: %+v\nup printed:\n%s", vms, upOut.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	upOut := c.killUpWhen(t, func(vms []listedVM) bool { return len(vms) == 1 && vms[0].State == "waiting" },
+		"--gpu", "h100", "--name", "wait-1", "--provider", "sim-a", "--wait", "--wait-poll", "200ms", "--timeout", "2m", "--ttl", "1h")
 	if table := c.ok("list").stdout; !strings.Contains(table, "waiting") || !strings.Contains(table, "retry in") {
 		t.Errorf("list of a waiting VM lacks its state and next try:\n%s", table)
 	}
-	if err := up.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-waited
-	if !strings.Contains(upOut.String(), "waiting for capacity") {
-		t.Errorf("up printed no waiting line:\n%s", upOut.String())
+	if !strings.Contains(upOut, "waiting for capacity") {
+		t.Errorf("up printed no waiting line:\n%s", upOut)
 	}
 	if live := sim.live(t); len(live) != 0 {
 		t.Fatalf("a waiting VM runs instances: %+v", live)
@@ -392,27 +344,8 @@ func TestCLIClusterCrashRecover(t *testing.T) {
 	sim := startSim(t, c, simTimings)
 	c.writeConfig(sim.config)
 
-	up := c.command("up", "--gpu", "h100", "--name", "kc", "--provider", "sim-b", "--timeout", "120s", "--nodes", "3")
-	var upOut strings.Builder
-	up.Stdout, up.Stderr = &upOut, &upOut
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- up.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for len(listJSON(t, c)) == 0 {
-		if time.Now().After(deadline) {
-			_ = up.Process.Kill()
-			<-waited
-			t.Fatalf("no node was journaled\nup printed:\n%s", upOut.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := up.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-waited
+	c.killUpWhen(t, func(vms []listedVM) bool { return len(vms) > 0 },
+		"--gpu", "h100", "--name", "kc", "--provider", "sim-b", "--timeout", "120s", "--nodes", "3")
 	journaled := len(listJSON(t, c))
 
 	rec := c.ok("recover")
