@@ -56,20 +56,7 @@ func (p *Provisioner) planBlocks(ctx context.Context, req *Request, names []stri
 		pp := p.providers[name]
 		bs := pp.CloudProvider.(provider.BlockSeller) // planOnce refused the others
 		wg.Go(func() {
-			var got []provider.Offer
-			var err error
-			for n := 0; n < 3; n++ {
-				err = pp.call(ctx, "plan", provider.Location{}, func(ctx context.Context) (err error) {
-					got, err = bs.BlockOfferings(ctx, rr, q)
-					return err
-				})
-				if err == nil || provider.KindOf(err) != provider.Transient {
-					break
-				}
-				if serr := p.clock.Sleep(ctx, p.backoff.Delay(n, provider.RetryAfterOf(err))); serr != nil {
-					break
-				}
-			}
+			got, err := p.planCall(ctx, pp, func(ctx context.Context) ([]provider.Offer, error) { return bs.BlockOfferings(ctx, rr, q) })
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

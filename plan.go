@@ -346,20 +346,7 @@ func (p *Provisioner) planProviders(ctx context.Context, rr *provider.ResourceRe
 			asked = &r
 		}
 		wg.Go(func() {
-			var got []provider.Offer
-			var err error
-			for n := 0; n < 3; n++ {
-				err = pp.call(ctx, "plan", provider.Location{}, func(ctx context.Context) (err error) {
-					got, err = pp.Plan(ctx, asked)
-					return err
-				})
-				if err == nil || provider.KindOf(err) != provider.Transient {
-					break
-				}
-				if serr := p.clock.Sleep(ctx, p.backoff.Delay(n, provider.RetryAfterOf(err))); serr != nil {
-					break
-				}
-			}
+			got, err := p.planCall(ctx, pp, func(ctx context.Context) ([]provider.Offer, error) { return pp.Plan(ctx, asked) })
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -387,6 +374,26 @@ func (p *Provisioner) planProviders(ctx context.Context, rr *provider.ResourceRe
 		return offers[i].Key() < offers[j].Key()
 	})
 	return offers, errs
+}
+
+// planCall makes one provider's plan call (Plan, BlockOfferings) through
+// its pacer, retrying a Transient error twice with backoff.
+func (p *Provisioner) planCall(ctx context.Context, pp *paced, f func(context.Context) ([]provider.Offer, error)) ([]provider.Offer, error) {
+	var got []provider.Offer
+	var err error
+	for n := 0; n < 3; n++ {
+		err = pp.call(ctx, "plan", provider.Location{}, func(ctx context.Context) (err error) {
+			got, err = f(ctx)
+			return err
+		})
+		if err == nil || provider.KindOf(err) != provider.Transient {
+			break
+		}
+		if serr := p.clock.Sleep(ctx, p.backoff.Delay(n, provider.RetryAfterOf(err))); serr != nil {
+			break
+		}
+	}
+	return got, err
 }
 
 // explainEmpty says which filter of req left no offer. It plans once more

@@ -241,6 +241,14 @@ func TestReservationThatReclaimsEndsTheLeashFirst(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Name != "in-block" || got[0].Err != nil {
 		t.Fatalf("reap at the leash's end: %+v, %v", got, err)
 	}
+	e.noneReclaimed(t)
+}
+
+// noneReclaimed fails the test if the sim ended any instance's run itself
+// (a reservation's reclaim, a flex-start run's end) before gpuprov deleted
+// it.
+func (e *engineEnv) noneReclaimed(t *testing.T) {
+	t.Helper()
 	insts, _ := e.srv.Instances(cloudName)
 	for _, in := range insts {
 		for _, ev := range in.Events {

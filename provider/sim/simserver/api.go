@@ -254,13 +254,9 @@ func (s *Server) createInstance(c *cloud, _ *http.Request, body []byte, now time
 
 func (s *Server) listInstances(c *cloud, r *http.Request, _ []byte, now time.Time) (int, any, *apiError) {
 	q := r.URL.Query()
-	want := map[string]string{}
-	for _, l := range q["label"] {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok || k == "" {
-			return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "label filter %q: want key=value", l)
-		}
-		want[k] = v
+	want, aerr := labelFilter(q["label"], "label")
+	if aerr != nil {
+		return 0, nil, aerr
 	}
 	anyOf := map[string][]string{} // label_any: key → the values it may have, distinct
 	for _, l := range q["label_any"] {
@@ -340,6 +336,19 @@ func (s *Server) listable(c *cloud, want map[string]string, anyOf map[string][]s
 		s.save()
 	}
 	return out
+}
+
+// labelFilter reads the key=value filters of a query parameter.
+func labelFilter(vals []string, param string) (map[string]string, *apiError) {
+	want := map[string]string{}
+	for _, l := range vals {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "%s filter %q: want key=value", param, l)
+		}
+		want[k] = v
+	}
+	return want, nil
 }
 
 // labelsMatch reports whether labels have every value of want and, for

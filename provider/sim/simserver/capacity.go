@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -232,13 +231,9 @@ func (s *Server) listReservations(c *cloud, r *http.Request, _ []byte, now time.
 	s.settleAll(c)
 	q := r.URL.Query()
 	region := q.Get("region")
-	want := map[string]string{}
-	for _, l := range q["label"] {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok || k == "" {
-			return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "label filter %q: want key=value", l)
-		}
-		want[k] = v
+	want, aerr := labelFilter(q["label"], "label")
+	if aerr != nil {
+		return 0, nil, aerr
 	}
 	out := []ReservationView{}
 	for _, res := range c.reservations() {
