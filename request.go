@@ -131,7 +131,8 @@ type Request struct {
 	// default) plans the open reservations that fit ahead of every offer
 	// that bills on top, since their marginal price is zero; "require"
 	// plans reserved capacity only; "forbid" none (a job that must not take
-	// a slot another counts on). A reservation that is full is tried last
+	// a slot another counts on). A reservation that is full is tried last,
+	// at its list price (a cloud may launch beyond it as ordinary capacity),
 	// and, when it refuses, blocks only itself.
 	Reserved provider.ReservedPolicy `json:"reserved,omitempty"`
 	// Reservation names one reservation to launch into (a targeted one is

@@ -72,9 +72,12 @@ func (p ReservedPolicy) Valid() bool {
 }
 
 // MarginalPrice is what launching on o adds to the bill per hour: nothing for
-// capacity the account already pays for (a reservation), else its price.
+// capacity the account already pays for (a reservation with room), else its
+// price. A full reservation counts at its price: where the cloud launches
+// beyond what is reserved (an Azure capacity reservation group does), the
+// machine bills as ordinary capacity, and a price cap must see that.
 func (o *Offer) MarginalPrice() float64 {
-	if o.Reservation != nil {
+	if o.Reservation != nil && !o.Reservation.Full() {
 		return 0
 	}
 	return o.PricePerHour

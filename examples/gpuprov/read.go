@@ -366,7 +366,15 @@ func offers(ctx context.Context, e *env, f *upFlags, out string) error {
 			if r.Full() {
 				state = "full, tried last"
 			}
-			notes = append(notes, fmt.Sprintf("reservation %s (%s), already paid: %s/h list", r.ID, state, usd(it.PricePerHour)))
+			paid := "already paid"
+			if r.Full() {
+				paid = "counted at its list price"
+			}
+			list := usd(it.PricePerHour) + "/h list"
+			if it.PricePerHour == 0 {
+				list = "list price unknown"
+			}
+			notes = append(notes, fmt.Sprintf("reservation %s (%s), %s: %s", r.ID, state, paid, list))
 		} else if it.InStock {
 			notes = append(notes, "in stock")
 		}

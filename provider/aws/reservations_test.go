@@ -76,10 +76,13 @@ func reservationIDs(offers []provider.Offer) []string {
 func TestPlanReservations(t *testing.T) {
 	e := reservationsEnv(t)
 	offers := plan(t, e, h100x8)
+	// The two with room come first at a marginal price of 0; the full one
+	// counts at its list price (a cloud may launch it as ordinary
+	// capacity), among the on-demand offers.
 	if got, want := reservationIDs(offers), []string{crOpen, crFull, crNameOnly}; !slices.Equal(got, want) {
 		t.Fatalf("reservation offers %v, want %v", got, want)
 	}
-	for i, o := range offers[:3] {
+	for i, o := range offers[:2] {
 		if o.Reservation == nil || o.MarginalPrice() != 0 || o.PricePerHour != 98.32 || o.Spot || o.Family != "P" {
 			t.Fatalf("offer %d: %+v, want a reservation first, at the list price 98.32 and marginal 0", i, o)
 		}
@@ -101,13 +104,14 @@ func TestPlanReservations(t *testing.T) {
 	if d := detail(t, open); d["reservation"] != crOpen || d["no_reservation"] != nil {
 		t.Fatalf("detail %v", d)
 	}
-	if full := byID[crFull]; full.InStock || full.Reservation.Free != 0 || full.Reservation.Total != 2 || !full.Reservation.Ends.IsZero() {
+	if full := byID[crFull]; full.InStock || full.Reservation.Free != 0 || full.Reservation.Total != 2 || !full.Reservation.Ends.IsZero() ||
+		full.MarginalPrice() != 98.32 {
 		t.Fatalf("full reservation offer %+v (%+v)", full, full.Reservation)
 	}
 	if z := byID[crNameOnly].Location.Zone; z != "use1-az6" {
 		t.Fatalf("a reservation named by zone only is in %q, want the zone id use1-az6", z)
 	}
-	if od := offers[3]; od.Reservation != nil || od.PricePerHour != 98.32 {
+	if od := offers[2]; od.Reservation != nil || od.PricePerHour != 98.32 {
 		t.Fatalf("on-demand offers do not follow the reservations: %+v", od)
 	}
 	reqs := e.f.requests("DescribeCapacityReservations")

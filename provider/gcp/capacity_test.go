@@ -81,17 +81,15 @@ func TestPlanOffersReservations(t *testing.T) {
 	if len(res) != 1 || !ok {
 		t.Fatalf("reservation offers %v: want only the open, full one (the targeted one is not named, eu-h100 is outside us-central1)", res)
 	}
-	if offers[0].Reservation == nil || offers[0].Reservation.ID != "open-h100" {
-		t.Fatalf("first offer %s: the reservation (marginal price 0) ranks first", offers[0].Key())
-	}
 	want := provider.Reservation{ID: "open-h100", Total: 2, Free: 0}
 	if *full.Reservation != want || full.InStock || full.Location != (provider.Location{Region: "us-central1", Zone: "us-central1-b"}) ||
-		full.InstanceType != "a3-highgpu-8g" || full.Spot || full.PricePerHour != 87.83247 || full.MarginalPrice() != 0 ||
+		full.InstanceType != "a3-highgpu-8g" || full.Spot || full.PricePerHour != 87.83247 || full.MarginalPrice() != 87.83247 || // full: at its list price
+
 		full.Family != "NVIDIA_H100_GPUS" || full.VCPUs != 208 {
 		t.Fatalf("full reservation offer %+v (%+v)", full, *full.Reservation)
 	}
-	if len(offers) < 2 || offers[1].Reservation != nil {
-		t.Fatalf("the on-demand offers follow the reservation: %d offers", len(offers))
+	if len(offers) < 2 || offers[0].Reservation != nil {
+		t.Fatalf("a full reservation does not rank ahead of on-demand offers of its price: %d offers, first %s", len(offers), offers[0].Key())
 	}
 
 	named := h100x8
