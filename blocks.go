@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/org/gpuprov/journal"
@@ -46,32 +45,13 @@ func (p *Provisioner) planBlocks(ctx context.Context, req *Request, names []stri
 	if req.Block.StartWithin > 0 {
 		q.StartBefore = p.clock.Now().Add(req.Block.StartWithin)
 	}
-	var (
-		mu     sync.Mutex
-		offers []provider.Offer
-		errs   = map[string]error{}
-		wg     sync.WaitGroup
-	)
-	for _, name := range names {
-		pp := p.providers[name]
-		bs := pp.CloudProvider.(provider.BlockSeller) // planOnce refused the others
-		wg.Go(func() {
-			got, err := p.planCall(ctx, pp, func(ctx context.Context) ([]provider.Offer, error) { return bs.BlockOfferings(ctx, rr, q) })
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs[name] = err
-				return
-			}
-			for _, o := range got {
-				o.Provider = cmp.Or(o.Provider, name)
-				if o.Block != nil && rr.Accepts(&o) && (q.StartBefore.IsZero() || !o.Block.Start.After(q.StartBefore)) {
-					offers = append(offers, o)
-				}
-			}
+	offers, errs := p.planEach(ctx, names,
+		func(ctx context.Context, pp *paced) ([]provider.Offer, error) {
+			return pp.CloudProvider.(provider.BlockSeller).BlockOfferings(ctx, rr, q) // planOnce refused the others
+		},
+		func(_ *paced, o *provider.Offer) bool {
+			return o.Block != nil && rr.Accepts(o) && (q.StartBefore.IsZero() || !o.Block.Start.After(q.StartBefore))
 		})
-	}
-	wg.Wait()
 	slices.SortStableFunc(offers, func(a, b provider.Offer) int {
 		return cmp.Or(cmp.Compare(a.Block.UpfrontFee, b.Block.UpfrontFee), a.Block.Start.Compare(b.Block.Start), cmp.Compare(a.Key(), b.Key()))
 	})

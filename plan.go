@@ -329,6 +329,38 @@ func (p *Provisioner) planOnce(ctx context.Context, req *Request, names []string
 // Transient errors) and returns those rr accepts, cheapest first, and the
 // providers whose Plan failed.
 func (p *Provisioner) planProviders(ctx context.Context, rr *provider.ResourceRequest, names []string) ([]provider.Offer, map[string]error) {
+	offers, errs := p.planEach(ctx, names,
+		func(ctx context.Context, pp *paced) ([]provider.Offer, error) {
+			asked := rr
+			if pp.caps.DiskSize && rr.DiskGB > 0 {
+				// The provider sizes disks: its offers' default disks must
+				// not filter the request out before the core raises them.
+				r := *rr
+				r.DiskGB = 0
+				asked = &r
+			}
+			return pp.Plan(ctx, asked)
+		},
+		func(pp *paced, o *provider.Offer) bool {
+			if pp.caps.DiskSize && o.DiskGB < rr.DiskGB && (o.MaxDiskGB == 0 || rr.DiskGB <= o.MaxDiskGB) {
+				o.DiskGB = rr.DiskGB // it creates the disk this large
+			}
+			return rr.Accepts(o)
+		})
+	sort.SliceStable(offers, func(i, j int) bool {
+		if offers[i].PricePerHour != offers[j].PricePerHour {
+			return offers[i].PricePerHour < offers[j].PricePerHour
+		}
+		return offers[i].Key() < offers[j].Key()
+	})
+	return offers, errs
+}
+
+// planEach runs ask on the named providers in parallel (each through
+// planCall) and returns the offers keep accepts (it may amend them), with
+// Provider set, and the providers whose call failed.
+func (p *Provisioner) planEach(ctx context.Context, names []string, ask func(context.Context, *paced) ([]provider.Offer, error),
+	keep func(*paced, *provider.Offer) bool) ([]provider.Offer, map[string]error) {
 	var (
 		mu     sync.Mutex
 		offers []provider.Offer
@@ -337,16 +369,8 @@ func (p *Provisioner) planProviders(ctx context.Context, rr *provider.ResourceRe
 	)
 	for _, name := range names {
 		pp := p.providers[name]
-		asked := rr
-		if pp.caps.DiskSize && rr.DiskGB > 0 {
-			// The provider sizes disks: its offers' default disks must not
-			// filter the request out before the core raises them.
-			r := *rr
-			r.DiskGB = 0
-			asked = &r
-		}
 		wg.Go(func() {
-			got, err := p.planCall(ctx, pp, func(ctx context.Context) ([]provider.Offer, error) { return pp.Plan(ctx, asked) })
+			got, err := p.planCall(ctx, pp, func(ctx context.Context) ([]provider.Offer, error) { return ask(ctx, pp) })
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -357,22 +381,13 @@ func (p *Provisioner) planProviders(ctx context.Context, rr *provider.ResourceRe
 				if o.Provider == "" {
 					o.Provider = name
 				}
-				if pp.caps.DiskSize && o.DiskGB < rr.DiskGB && (o.MaxDiskGB == 0 || rr.DiskGB <= o.MaxDiskGB) {
-					o.DiskGB = rr.DiskGB // it creates the disk this large
-				}
-				if rr.Accepts(&o) {
+				if keep(pp, &o) {
 					offers = append(offers, o)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	sort.SliceStable(offers, func(i, j int) bool {
-		if offers[i].PricePerHour != offers[j].PricePerHour {
-			return offers[i].PricePerHour < offers[j].PricePerHour
-		}
-		return offers[i].Key() < offers[j].Key()
-	})
 	return offers, errs
 }
 

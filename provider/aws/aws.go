@@ -1,6 +1,7 @@
 package aws
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -388,46 +389,44 @@ func (p *Provider) requestTimeout() time.Duration {
 	return orDefault(p.cfg.RequestTimeout, 30*time.Second)
 }
 
-// ec2For returns the EC2 client of region: one attempt per call.
-func (p *Provider) ec2For(region string) *ec2.Client {
+// regional returns clients's client of region, made by build on first
+// use: one per service and region, shared by every call.
+func regional[C any](p *Provider, clients map[string]C, region string, build func() C) C {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c, ok := p.ec2s[region]; ok {
+	if c, ok := clients[region]; ok {
 		return c
 	}
-	var c *ec2.Client
-	if e := p.endpoint; e != nil {
-		c = ec2.New(ec2.Options{Region: region, BaseEndpoint: awssdk.String(e.URL), HTTPClient: e.Client,
-			Credentials:      credentials.NewStaticCredentialsProvider(e.AccessKeyID, e.SecretAccessKey, e.SessionToken),
-			RetryMaxAttempts: 1})
-	} else {
-		c = ec2.NewFromConfig(p.awsCfg, func(o *ec2.Options) { o.Region = region; o.RetryMaxAttempts = 1 })
-	}
-	p.ec2s[region] = c
+	c := build()
+	clients[region] = c
 	return c
+}
+
+// credentials are the test endpoint's static credentials.
+func (e *Endpoint) credentials() awssdk.CredentialsProvider {
+	return credentials.NewStaticCredentialsProvider(e.AccessKeyID, e.SecretAccessKey, e.SessionToken)
+}
+
+// ec2For returns the EC2 client of region: one attempt per call.
+func (p *Provider) ec2For(region string) *ec2.Client {
+	return regional(p, p.ec2s, region, func() *ec2.Client {
+		if e := p.endpoint; e != nil {
+			return ec2.New(ec2.Options{Region: region, BaseEndpoint: awssdk.String(e.URL), HTTPClient: e.Client,
+				Credentials: e.credentials(), RetryMaxAttempts: 1})
+		}
+		return ec2.NewFromConfig(p.awsCfg, func(o *ec2.Options) { o.Region = region; o.RetryMaxAttempts = 1 })
+	})
 }
 
 // ssmFor returns the SSM client of region: one attempt per call.
 func (p *Provider) ssmFor(region string) *ssm.Client {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.ssms[region]; ok {
-		return c
-	}
-	var c *ssm.Client
-	if e := p.endpoint; e != nil {
-		u := e.SSMURL
-		if u == "" {
-			u = e.URL
+	return regional(p, p.ssms, region, func() *ssm.Client {
+		if e := p.endpoint; e != nil {
+			return ssm.New(ssm.Options{Region: region, BaseEndpoint: awssdk.String(cmp.Or(e.SSMURL, e.URL)), HTTPClient: e.Client,
+				Credentials: e.credentials(), RetryMaxAttempts: 1})
 		}
-		c = ssm.New(ssm.Options{Region: region, BaseEndpoint: awssdk.String(u), HTTPClient: e.Client,
-			Credentials:      credentials.NewStaticCredentialsProvider(e.AccessKeyID, e.SecretAccessKey, e.SessionToken),
-			RetryMaxAttempts: 1})
-	} else {
-		c = ssm.NewFromConfig(p.awsCfg, func(o *ssm.Options) { o.Region = region; o.RetryMaxAttempts = 1 })
-	}
-	p.ssms[region] = c
-	return c
+		return ssm.NewFromConfig(p.awsCfg, func(o *ssm.Options) { o.Region = region; o.RetryMaxAttempts = 1 })
+	})
 }
 
 // call runs one API call under the per-call timeout and classifies its

@@ -1,11 +1,11 @@
 package aws
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/servicequotas"
 	sqtypes "github.com/aws/aws-sdk-go-v2/service/servicequotas/types"
 
@@ -96,25 +96,13 @@ func (p *Provider) serviceQuota(ctx context.Context, region, service, code strin
 // quotasFor returns the Service Quotas client of region: one attempt per
 // call, at Endpoint.QuotasURL (else URL) when the provider has an endpoint.
 func (p *Provider) quotasFor(region string) *servicequotas.Client {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.sqs[region]; ok {
-		return c
-	}
-	var c *servicequotas.Client
-	if e := p.endpoint; e != nil {
-		u := e.QuotasURL
-		if u == "" {
-			u = e.URL
+	return regional(p, p.sqs, region, func() *servicequotas.Client {
+		if e := p.endpoint; e != nil {
+			return servicequotas.New(servicequotas.Options{Region: region, BaseEndpoint: awssdk.String(cmp.Or(e.QuotasURL, e.URL)),
+				HTTPClient: e.Client, Credentials: e.credentials(), RetryMaxAttempts: 1})
 		}
-		c = servicequotas.New(servicequotas.Options{Region: region, BaseEndpoint: awssdk.String(u), HTTPClient: e.Client,
-			Credentials:      credentials.NewStaticCredentialsProvider(e.AccessKeyID, e.SecretAccessKey, e.SessionToken),
-			RetryMaxAttempts: 1})
-	} else {
-		c = servicequotas.NewFromConfig(p.awsCfg, func(o *servicequotas.Options) { o.Region = region; o.RetryMaxAttempts = 1 })
-	}
-	p.sqs[region] = c
-	return c
+		return servicequotas.NewFromConfig(p.awsCfg, func(o *servicequotas.Options) { o.Region = region; o.RetryMaxAttempts = 1 })
+	})
 }
 
 var _ provider.QuotaReader = (*Provider)(nil)
