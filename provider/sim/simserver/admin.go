@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 )
 
 // adminRoutes adds the /admin API: the Go methods of Server over HTTP, for
@@ -35,7 +36,15 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		return http.StatusOK, map[string][]Instance{"instances": in}, err
 	}))
 	mux.Handle("POST /admin/clouds/{cloud}/instances/{id}/preempt", s.admin(func(r *http.Request) (int, any, error) {
-		if err := s.Preempt(r.PathValue("cloud"), r.PathValue("id")); err != nil {
+		var notice time.Duration
+		if v := r.URL.Query().Get("notice"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return 0, nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "notice %q: want a duration such as 30s", v)
+			}
+			notice = d
+		}
+		if err := s.PreemptIn(r.PathValue("cloud"), r.PathValue("id"), notice); err != nil {
 			return 0, nil, err
 		}
 		in, err := s.Instance(r.PathValue("cloud"), r.PathValue("id"))

@@ -41,6 +41,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET "+p+"block-offerings", s.api("list_block_offerings", s.listBlockOfferings))
 	mux.Handle("POST "+p+"block-purchases", s.api("purchase_block", s.purchaseBlock))
 	s.adminRoutes(mux)
+	s.metadataRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, CodeNotFound, "no route for %s %s", r.Method, r.URL.Path))
 	})

@@ -59,7 +59,7 @@ type Options struct {
 	Retention Duration `json:"retention,omitempty" toml:"retention,omitempty"`
 	// SandboxEnv is added to the environment of every command run over SSH,
 	// after the defaults (HOME, USER, PATH with the sandbox's bin folder
-	// first, GPUPROV_SIM_CLOUD, GPUPROV_SIM_INSTANCE).
+	// first, GPUPROV_SIM_CLOUD, GPUPROV_SIM_INSTANCE, GPUPROV_SIM_METADATA).
 	SandboxEnv []string `json:"sandbox_env,omitempty" toml:"sandbox_env,omitempty"`
 	// PrepareSandbox, when set, is called once for each new sandbox folder
 	// (it has an empty bin/ folder that is first on PATH) before the

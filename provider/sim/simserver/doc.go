@@ -172,7 +172,17 @@
 //	GET  /admin/clouds/{cloud}/faults                  the Faults in force
 //	PUT  /admin/clouds/{cloud}/faults                  replace them (body: Faults)
 //	GET  /admin/clouds/{cloud}/instances               every instance, terminated ones included
-//	POST /admin/clouds/{cloud}/instances/{id}/preempt  preempt a running instance now
+//	POST /admin/clouds/{cloud}/instances/{id}/preempt  preempt a running instance now, or with
+//	                                                   ?notice=30s announce it and preempt it then
+//
+// # Metadata
+//
+// Without a key, as an instance reads its cloud's metadata server (its
+// commands find the URL in GPUPROV_SIM_METADATA):
+//
+//	GET  /metadata/{cloud}/{id}/interruption           200 {"action":"terminate","time":...} while a
+//	                                                   preemption is announced (Faults.PreemptNotice,
+//	                                                   Server.PreemptIn); 404 otherwise
 //	GET  /admin/clouds/{cloud}/resources               firewalls (ports, peers, sources) and SSH keys
 //	GET  /admin/clouds/{cloud}/stats                   Stats
 //

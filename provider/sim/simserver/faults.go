@@ -69,6 +69,10 @@ type Faults struct {
 	// turning running. Server.Preempt and the admin API preempt on demand.
 	PreemptionRate float64  `json:"preemption_rate,omitempty" toml:"preemption_rate,omitempty"`
 	PreemptWithin  Duration `json:"preempt_within,omitempty" toml:"preempt_within,omitempty"`
+	// PreemptNotice announces each preemption PreemptionRate draws this long
+	// ahead on the instance's metadata endpoint (GET /metadata/{cloud}/{id}/
+	// interruption), as a cloud's interruption notice does; zero: none.
+	PreemptNotice Duration `json:"preempt_notice,omitempty" toml:"preempt_notice,omitempty"`
 	// RateLimit (requests per second) and RateBurst size a token bucket per
 	// account; a call that finds it empty is answered 429 rate_limited with
 	// the Retry-After of the next token. Zero means no limit.

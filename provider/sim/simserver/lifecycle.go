@@ -26,9 +26,12 @@ type instance struct {
 	// BootFails is drawn at create: the instance ends "failed".
 	BootFails bool `json:"boot_fails,omitempty"`
 	// The schedule, in the server's clock. Zero times are not scheduled.
-	BootingAt   time.Time `json:"booting_at"`
-	ReadyAt     time.Time `json:"ready_at"`
-	PreemptAt   time.Time `json:"preempt_at,omitzero"`
+	BootingAt time.Time `json:"booting_at"`
+	ReadyAt   time.Time `json:"ready_at"`
+	PreemptAt time.Time `json:"preempt_at,omitzero"`
+	// NoticeAt is when the preemption at PreemptAt is announced on the
+	// instance's metadata endpoint (Faults.PreemptNotice, PreemptIn).
+	NoticeAt    time.Time `json:"notice_at,omitzero"`
 	TerminateAt time.Time `json:"terminate_at,omitzero"`
 	PurgeAt     time.Time `json:"purge_at,omitzero"`
 	// QueuedUntil is when a flex-start create leaves the queue; RunEndsAt
@@ -304,6 +307,9 @@ func (s *Server) newInstance(c *cloud, of *Offer, req *createRequest, boot *boot
 	if !in.BootFails && c.chance(f.PreemptionRate) {
 		within := orDefault(f.PreemptWithin, 10*time.Second)
 		in.PreemptAt = in.ReadyAt.Add(time.Duration(c.rnd.Int64N(int64(within))) + 1)
+		if n := f.PreemptNotice.Std(); n > 0 {
+			in.NoticeAt = in.PreemptAt.Add(-n)
+		}
 	}
 	in.event(now, EventCreated, "")
 	if r := c.reservation(req.ReservationID); r != nil && !r.EndsAt.IsZero() && r.Reclaims > 0 {

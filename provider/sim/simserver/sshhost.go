@@ -152,6 +152,7 @@ func (s *Server) newSSH(c *cloud, in *instance) (*sshd.Server, error) {
 		"USER=" + in.SSHUser,
 		"GPUPROV_SIM_CLOUD=" + c.cfg.Name,
 		"GPUPROV_SIM_INSTANCE=" + in.ID,
+		"GPUPROV_SIM_METADATA=" + s.metadataURL(c.cfg.Name, in.ID),
 	}
 	return sshd.Start(sshd.Config{
 		HostKey:        signer,
