@@ -3,16 +3,12 @@ package sim_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/org/gpuprov"
 	"github.com/org/gpuprov/journal"
-	"github.com/org/gpuprov/journal/journaltest"
-	"github.com/org/gpuprov/journal/sqlite"
 	"github.com/org/gpuprov/provider/sim"
 	"github.com/org/gpuprov/provider/sim/simserver"
 )
@@ -109,43 +105,15 @@ func TestBlockOverTheCapIsNotBought(t *testing.T) {
 // launches into it.
 func TestBlockPurchaseSurvivesACrash(t *testing.T) {
 	e := newEngineEnvOf(t, blocks, simserver.Faults{}, sim.Config{})
-	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var dead atomic.Bool
-	p1, _ := newProviderWithInstallation(t, e.srv, sim.Config{PollInterval: time.Second, ConsistencyWindow: 10 * time.Second}, db.Installation(), e.clk)
-	launcher, err := gpuprov.New(&journaltest.Killable{Journal: db, Dead: dead.Load}, gpuprov.WithProvider(p1), gpuprov.WithClock(e.clk),
-		gpuprov.WithOwner("host-a/1/1/x"), gpuprov.WithEvents(func(ev gpuprov.Event) {
-			if ev.Type == gpuprov.EvBlockPurchase {
-				dead.Store(true) // the purchase goes out; nothing after it is journaled
-			}
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := launcher.Launch(context.Background(), blockReq("blk-4", 1000)); !errors.Is(err, journaltest.ErrKilled) {
-		t.Fatalf("launch: %v, want killed", err)
-	}
-	launcher.Close()
+	// The purchase goes out; nothing after it is journaled.
+	db := e.crashAt(t, gpuprov.EvBlockPurchase, blockReq("blk-4", 1000))
 	if row, _ := db.GetVM(context.Background(), "blk-4"); row.Phase != gpuprov.PhasePurchaseSent {
 		t.Fatalf("after the crash blk-4 is in phase %q, want %q", row.Phase, gpuprov.PhasePurchaseSent)
 	}
 	if st, _ := e.srv.Stats(cloudName); st.BlocksBought != 1 {
 		t.Fatalf("%d blocks bought before the crash, want 1", st.BlocksBought)
 	}
-	p2p, _ := newProviderWithInstallation(t, e.srv, sim.Config{PollInterval: time.Second, ConsistencyWindow: 10 * time.Second}, db.Installation(), e.clk)
-	p2, err := gpuprov.New(db, gpuprov.WithProvider(p2p), gpuprov.WithClock(e.clk), gpuprov.WithOwner("host-b/1/1/x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p2.Close()
-	e.clk.Advance(time.Minute) // the dead launcher's lease runs out
-	if _, err := p2.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	vm, err := p2.Get(context.Background(), "blk-4")
+	vm, err := e.recoverIn(t, db).Get(context.Background(), "blk-4")
 	if err != nil || vm.State != gpuprov.StateReady || !strings.HasPrefix(vm.Reservation, "cb-") {
 		t.Fatalf("after recover: %+v, %v; want blk-4 ready in the bought block", vm, err)
 	}

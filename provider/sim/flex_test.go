@@ -51,52 +51,66 @@ func TestFlexStartQueuesThenRunsWithItsLeash(t *testing.T) {
 	}
 }
 
-// TestFlexStartQueuedSurvivesACrash: the launching process dies while its
-// VM is queued (its journal refuses every write from the moment the queued
-// phase is journaled); another process's Recover goes on waiting and the VM
-// becomes ready with its leash set, with one instance.
-func TestFlexStartQueuedSurvivesACrash(t *testing.T) {
-	e := newEngineEnvOf(t, flexQueue(time.Minute), simserver.Faults{}, sim.Config{})
+// crashAt launches req through a process that dies right after it emits
+// an event of type ev (its journal refuses every write from then on), on a
+// fresh SQLite journal of its own, which it returns.
+func (e *engineEnv) crashAt(t *testing.T, ev string, req gpuprov.Request) journal.Journal {
+	t.Helper()
 	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	var dead atomic.Bool
-	kj := &journaltest.Killable{Journal: db, Dead: dead.Load}
 	p1, _ := newProviderWithInstallation(t, e.srv, sim.Config{PollInterval: time.Second, ConsistencyWindow: 10 * time.Second}, db.Installation(), e.clk)
-	launcher, err := gpuprov.New(kj, gpuprov.WithProvider(p1), gpuprov.WithClock(e.clk), gpuprov.WithOwner("host-a/1/1/x"),
-		gpuprov.WithEvents(func(ev gpuprov.Event) {
-			if ev.Type == gpuprov.EvQueued {
-				dead.Store(true) // killed right after the queued phase is journaled
+	launcher, err := gpuprov.New(&journaltest.Killable{Journal: db, Dead: dead.Load}, gpuprov.WithProvider(p1), gpuprov.WithClock(e.clk),
+		gpuprov.WithOwner("host-a/1/1/x"), gpuprov.WithEvents(func(got gpuprov.Event) {
+			if got.Type == ev {
+				dead.Store(true)
 			}
 		}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := engineReq("flex-2")
-	req.FlexStart = time.Hour
 	if _, err := launcher.Launch(context.Background(), req); !errors.Is(err, journaltest.ErrKilled) {
-		t.Fatalf("launch through a killed journal: %v, want it killed", err)
+		t.Fatalf("launch %s through a journal killed at %s: %v, want it killed", req.Name, ev, err)
 	}
 	launcher.Close()
+	return db
+}
+
+// recoverIn runs, once the dead launcher's lease has run out, another
+// process's Recover on db, and returns that process.
+func (e *engineEnv) recoverIn(t *testing.T, db journal.Journal) *gpuprov.Provisioner {
+	t.Helper()
+	pp, _ := newProviderWithInstallation(t, e.srv, sim.Config{PollInterval: time.Second, ConsistencyWindow: 10 * time.Second}, db.Installation(), e.clk)
+	p, err := gpuprov.New(db, gpuprov.WithProvider(pp), gpuprov.WithClock(e.clk), gpuprov.WithOwner("host-b/1/1/x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	e.clk.Advance(time.Minute) // the dead launcher's lease runs out
+	if _, err := p.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestFlexStartQueuedSurvivesACrash: the launching process dies while its
+// VM is queued (right after the queued phase is journaled); another
+// process's Recover goes on waiting and the VM becomes ready with its
+// leash set, with one instance.
+func TestFlexStartQueuedSurvivesACrash(t *testing.T) {
+	e := newEngineEnvOf(t, flexQueue(time.Minute), simserver.Faults{}, sim.Config{})
+	req := engineReq("flex-2")
+	req.FlexStart = time.Hour
+	db := e.crashAt(t, gpuprov.EvQueued, req)
 	if row, _ := db.GetVM(context.Background(), "flex-2"); row.State != journal.StateProvisioning || row.Phase != gpuprov.PhaseQueued {
 		t.Fatalf("after the crash flex-2 is %s/%s, want provisioning/queued", row.State, row.Phase)
 	}
-	p2p, _ := newProviderWithInstallation(t, e.srv, sim.Config{PollInterval: time.Second, ConsistencyWindow: 10 * time.Second}, db.Installation(), e.clk)
-	p2, err := gpuprov.New(db, gpuprov.WithProvider(p2p), gpuprov.WithClock(e.clk), gpuprov.WithOwner("host-b/1/1/x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p2.Close()
-	e.clk.Advance(time.Minute) // the dead launcher's lease runs out
-	rep, err := p2.Recover(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := p2.Get(context.Background(), "flex-2")
+	vm, err := e.recoverIn(t, db).Get(context.Background(), "flex-2")
 	if err != nil || vm.State != gpuprov.StateReady || vm.ExpiresAt.IsZero() || vm.ExpiresAt.Sub(vm.ReadyAt) > time.Hour {
-		t.Fatalf("after recover (%+v): %+v, %v; want flex-2 ready with a leash under an hour", rep, vm, err)
+		t.Fatalf("after recover: %+v, %v; want flex-2 ready with a leash under an hour", vm, err)
 	}
 	if live := e.live(t, "flex-2"); len(live) != 1 || live[0].MaxRunSeconds != 3600 {
 		t.Fatalf("the sim runs %+v, want the one flex-start instance", live)
