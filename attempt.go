@@ -63,7 +63,7 @@ func (d *driver) runAttempt(ctx context.Context, a *journal.Attempt, resumed boo
 			pctx, sp := d.p.child(ctx, phaseSpan, PhaseBoot)
 			err = d.boot(pctx, pp, a)
 			endSpan(sp, err)
-		case PhaseConnect, PhaseBootstrap, PhaseJoin:
+		case PhaseConnect, PhaseAccept, PhaseBootstrap, PhaseJoin:
 			err = d.nodePhases(ctx, a) // a span per phase of its own
 		case "":
 			return nil
@@ -395,6 +395,20 @@ func (d *driver) observe(ctx context.Context, pp *paced, a *journal.Attempt) ([]
 // call of its own, a listing of the VM on a provider with a Lister (see
 // listOwn), else an Observe.
 func (d *driver) look(ctx context.Context, pp *paced, a *journal.Attempt, now bool) ([]provider.Observed, error) {
+	obs, err := d.lookAll(ctx, pp, a, now)
+	if len(d.owners) > 0 {
+		// A replaced VM has two live attempts, maybe in one location: an
+		// instance of the other is neither this one's nor a duplicate.
+		obs = slices.DeleteFunc(slices.Clone(obs), func(o provider.Observed) bool {
+			n, ok := d.owners[o.ID]
+			return ok && n != a.N
+		})
+	}
+	return obs, err
+}
+
+// lookAll is look, with the instances of every attempt.
+func (d *driver) lookAll(ctx context.Context, pp *paced, a *journal.Attempt, now bool) ([]provider.Observed, error) {
 	loc := provider.Location{Region: a.Region, Zone: a.Zone}
 	fresh := d.seen.Add(time.Nanosecond)
 	if a.CreateSent.After(fresh) {

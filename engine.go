@@ -117,6 +117,12 @@ type driver struct {
 	// (nothing to look for). An attempt taken over from the journal has no
 	// entry: everything may have been sent.
 	unsent map[int]*unsent
+	// retiring says a teardown retires an interrupted attempt whose VM
+	// was replaced (interrupt.go).
+	retiring bool
+	// owners maps the instances of a replaced VM's attempts to their
+	// attempt (interrupt.go): its looks leave out the other attempts'.
+	owners map[string]int
 }
 
 // unsent is what an attempt is known not to have sent.
@@ -146,10 +152,13 @@ type journaledRequest struct {
 	// that a process holding another key says so instead of timing out at
 	// login. Empty in journals written before it existed.
 	ClientKeys []string `json:"client_keys,omitempty"`
+	// Interruptions are the VM's interruptions (interrupt.go), oldest
+	// first: the last one without a ready VM since is being replaced.
+	Interruptions []Interrupted `json:"interruptions,omitempty"`
 }
 
 func (p *Provisioner) newDriver(row journal.VM) (*driver, error) {
-	d := &driver{p: p, row: row, tried: map[string]bool{}, hostKeys: map[int]*provider.HostKey{}, unsent: map[int]*unsent{}, deferred: map[int]bool{}}
+	d := &driver{p: p, row: row, tried: map[string]bool{}, hostKeys: map[int]*provider.HostKey{}, unsent: map[int]*unsent{}, deferred: map[int]bool{}, owners: map[string]int{}}
 	var jr journaledRequest
 	if err := json.Unmarshal(row.Request, &jr); err != nil {
 		return nil, fmt.Errorf("gpuprov: VM %s: journaled request does not parse: %w", row.Name, err)
@@ -341,6 +350,7 @@ func (d *driver) provision(ctx context.Context) error {
 	for i := range attempts {
 		a := &attempts[i]
 		d.tried[a.OfferKey] = true
+		d.own(a)
 		if a.State == journal.AttemptTornDown && !a.CleanedUp {
 			owed := *a // failover in place, cut short by the crash
 			d.owed = append(d.owed, &owed)
@@ -349,11 +359,14 @@ func (d *driver) provision(ctx context.Context) error {
 			continue
 		}
 		// The engine writes attempt k+1 only after attempt k is torn down,
-		// so this finds nothing unless the journal was edited by hand.
+		// so this finds nothing unless the journal was edited by hand, or
+		// a replacement retires an interrupted attempt (its cleanup then
+		// waits: the replacement may use the same side resources).
 		if a.State == journal.AttemptActive || a.State == journal.AttemptTearingDown {
-			if err := d.teardown(ctx, a, nil, false); err != nil {
+			if err := d.teardown(ctx, a, nil, len(d.jr.Interruptions) > 0); err != nil {
 				return d.stuck(ctx, err)
 			}
+			d.retired(a, "its retirement was under way (finished after a restart)")
 		}
 	}
 	if d.row.Attempt > 0 {
@@ -524,6 +537,9 @@ func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.
 	if o.Spot {
 		msg += " spot"
 	}
+	if r := d.replacing(); r != nil && r.Spot && !o.Spot {
+		msg += fmt.Sprintf(" (on-demand: replaces interrupted spot instance %s; no untried spot offer ranks before it)", r.InstanceID)
+	}
 	if d.restocked {
 		msg += " (in stock again: its stockout block is passed over)"
 		d.restocked = false
@@ -575,6 +591,9 @@ func newID() string {
 func (d *driver) fail(ctx context.Context, cause error) error {
 	if err := d.halted(); err != nil {
 		return err
+	}
+	if err := d.retire(ctx, nil, true); err != nil {
+		return d.stuck(ctx, errors.Join(cause, err))
 	}
 	paid, err := d.payOwed(ctx, nil)
 	if err != nil {

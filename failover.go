@@ -211,6 +211,9 @@ func (d *driver) teardown(ctx context.Context, a *journal.Attempt, first *journa
 	case later:
 		a.CleanedUp = false
 		how = "cleanup waits for the next attempt"
+		if d.retiring {
+			how = "cleanup waits for the VM's end (its replacement may share it)"
+		}
 		d.deferred[a.N] = true
 	default:
 		if err := d.retry(dctx, pp, a, "cleanup", func(ctx context.Context) error { return pp.Cleanup(ctx, loc, d.row.Name) }); err != nil {

@@ -81,15 +81,21 @@ type Provisioner struct {
 	// capacityPoll is how often a VM waiting for capacity replans.
 	capacityPoll time.Duration
 	reapEvery    time.Duration // WithReaper; 0: no background reaper
-	stopReap     context.CancelFunc
-	reapDone     chan struct{}
-	sshTO        time.Duration
-	stepTO       time.Duration
-	hostKeys     bool
-	sshUser      string
-	sshUserSet   bool // by WithSSH
-	authKeys     []string
-	sshKey       gossh.Signer // WithSSHKey
+	// watch is the interruption watch of the ready spot VMs, which the
+	// reaper keeps (interrupt.go); noticeEvery how often it probes, and
+	// onInterruption the caller's hook (WithInterruptionHandler).
+	watch          watcher
+	noticeEvery    time.Duration
+	onInterruption InterruptionHandler
+	stopReap       context.CancelFunc
+	reapDone       chan struct{}
+	sshTO          time.Duration
+	stepTO         time.Duration
+	hostKeys       bool
+	sshUser        string
+	sshUserSet     bool // by WithSSH
+	authKeys       []string
+	sshKey         gossh.Signer // WithSSHKey
 
 	connector    Connector
 	accept       acceptance
@@ -309,6 +315,8 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 	bg, stopBG := context.WithCancelCause(context.Background())
 	p := &Provisioner{
 		background: bg, stopBG: stopBG,
+		watch:       watcher{vms: map[string]*watch{}, done: map[string]bool{}, gone: map[string]int{}},
+		noticeEvery: provider.NoticeEvery,
 		j:           j,
 		providers:   map[string]*paced{},
 		clock:       clock.Real,

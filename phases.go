@@ -117,10 +117,22 @@ func runEnd(run time.Duration, started time.Time) time.Time {
 
 // ready marks the attempt succeeded and the VM ready.
 func (d *driver) ready(ctx context.Context, a *journal.Attempt) error {
+	retireErr := d.retire(ctx, a, false)
+	if retireErr != nil && isFatal(retireErr) {
+		return retireErr
+	}
 	now := d.now()
+	replaced := d.replacing()
 	a.Phase, a.State, a.EndedAt = "", journal.AttemptSucceeded, now
 	d.row.State, d.row.Phase, d.row.ReadyAt, d.row.LastError, d.row.LastErrorKind = journal.StateReady, "", now, "", ""
 	d.row.NextTry, d.row.ExpiresAt = time.Time{}, expiry(&d.req, now, d.row.PricePerHour)
+	if replaced != nil && !replaced.ReadySince.IsZero() && d.req.TTL > 0 {
+		// A replacement keeps the VM's TTL: it counts from the first
+		// machine's ready (the cost cap counts this machine's price).
+		if end := replaced.ReadySince.Add(d.req.TTL); d.row.ExpiresAt.IsZero() || end.Before(d.row.ExpiresAt) {
+			d.row.ExpiresAt = end
+		}
+	}
 	var o provider.Offer
 	if jsonUnmarshal(a.Offer, &o) == nil {
 		var ends []time.Time
@@ -140,8 +152,16 @@ func (d *driver) ready(ctx context.Context, a *journal.Attempt) error {
 	if !d.row.ExpiresAt.IsZero() {
 		msg += fmt.Sprintf("; expires at %s", d.row.ExpiresAt.UTC().Format(time.RFC3339))
 	}
+	evs := []journal.Event{d.event(EvReady, a, msg)}
+	if retireErr != nil {
+		// The replacement stands; the interrupted machine that could not
+		// be confirmed gone stays an attempt tearing down, which Delete
+		// finishes.
+		d.row.LastError, d.row.LastErrorKind = "retiring the interrupted machine: "+retireErr.Error(), errorKindName(retireErr)
+		evs = append(evs, d.event(EvTeardownError, nil, d.row.LastError))
+	}
 	return d.commit(ctx, &journal.Step{Update: &d.row, ReleaseLease: true, Attempts: []journal.Attempt{*a},
-		Events: []journal.Event{d.event(EvReady, a, msg)}, Lifts: d.liftStockout(ctx, a),
+		Events: evs, Lifts: d.liftStockout(ctx, a),
 		Outcomes: d.outcome(a, journal.OutcomeReady)})
 }
 

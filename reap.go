@@ -105,7 +105,11 @@ func expiredWhy(row journal.VM) string {
 // WithReaper runs Reap every interval in the background, from New until
 // Close, so that a long-running service enforces TTL and MaxCost on every VM
 // of the journal (its own and those of processes that are gone). Failures
-// are logged and tried again at the next interval.
+// are logged and tried again at the next interval. The reaper also watches
+// every ready spot VM of the journal for interruption notices (see
+// docs/interruptions.md, Request.OnInterruption, WithInterruptionHandler):
+// one SSH session per VM whose cloud's machines hear of it, and, at each
+// interval, an observation of those it cannot hear from.
 func WithReaper(interval time.Duration) Option {
 	return func(p *Provisioner) {
 		if interval <= 0 {
@@ -118,7 +122,9 @@ func WithReaper(interval time.Duration) Option {
 
 // reaper is WithReaper's loop; it ends when ctx does (Close).
 func (p *Provisioner) reaper(ctx context.Context) {
+	defer p.stopWatches()
 	for {
+		p.syncWatches(ctx)
 		if err := p.clock.Sleep(ctx, p.reapEvery); err != nil {
 			return
 		}

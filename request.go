@@ -155,6 +155,21 @@ type Request struct {
 	// the opt-in to a purchase that is paid upfront and not refunded.
 	Block *BlockRequest `json:"block,omitempty"`
 
+	// OnInterruption says what a notice that a ready spot VM is about to
+	// be interrupted leads to, besides its event and the caller's hook
+	// (WithInterruptionHandler), in whichever process watches the VM
+	// (WithReaper; see docs/interruptions.md): "" (the default) nothing
+	// more; ReplaceWhenReady launches a replacement at once, under the
+	// VM's name, on another offer (the interrupted one is blocked for
+	// spot), and deletes the interrupted machine when the replacement is
+	// ready; ReplaceAtReclaim launches it at once too but keeps the
+	// interrupted machine until the cloud reclaims it (or its notice's
+	// time passes). A preemption seen without a notice is replaced the
+	// same way. A rebalance recommendation (a risk, not a reclaim) never
+	// replaces. Spot "any" lets the replacement go on-demand when no spot
+	// offer is left. Spot VMs only.
+	OnInterruption InterruptionPolicy `json:"on_interruption,omitempty"`
+
 	// Rank orders the planned offers: RankPrice (list price, the default)
 	// or RankExpectedCost (the expected cost of a usable machine, from the
 	// journal's per-offer history; see Expectation).
@@ -163,6 +178,19 @@ type Request struct {
 	// RankExpectedCost; 0: the TTL, else DefaultRankHorizon.
 	RankHorizon time.Duration `json:"rank_horizon,omitempty"`
 }
+
+// InterruptionPolicy is Request.OnInterruption.
+type InterruptionPolicy string
+
+// The interruption policies.
+const (
+	// ReplaceWhenReady: replace at the notice; delete the interrupted
+	// machine once the replacement is ready.
+	ReplaceWhenReady InterruptionPolicy = "replace"
+	// ReplaceAtReclaim: replace at the notice; keep the interrupted
+	// machine until the cloud reclaims it.
+	ReplaceAtReclaim InterruptionPolicy = "replace-at-reclaim"
+)
 
 // BlockRequest is a request's opt-in to buying a capacity block: capacity
 // for a fixed window, paid upfront for the whole window, not refunded. The
@@ -343,6 +371,14 @@ func (r *Request) normalize(known map[string]bool) error {
 	}
 	if r.FlexStart > 0 && r.Spot == provider.SpotOnly {
 		return &RequestError{"flex_start", "queued capacity is not spot: ask for one or the other"}
+	}
+	switch r.OnInterruption {
+	case "", ReplaceWhenReady, ReplaceAtReclaim:
+	default:
+		return &RequestError{"on_interruption", fmt.Sprintf("%q: want \"\" (notice and hook only), %q or %q", r.OnInterruption, ReplaceWhenReady, ReplaceAtReclaim)}
+	}
+	if r.OnInterruption != "" && r.Spot == provider.OnDemand {
+		return &RequestError{"on_interruption", fmt.Sprintf("%q: only spot VMs are watched for interruptions: ask for spot (\"spot\" or \"any\")", r.OnInterruption)}
 	}
 	if !r.Reserved.Valid() {
 		return &RequestError{"reserved", fmt.Sprintf("%q: want \"\" (prefer), %q or %q", r.Reserved, provider.RequireReserved, provider.ForbidReserved)}

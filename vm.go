@@ -123,6 +123,9 @@ type VM struct {
 	// (Request.TTL, MaxCost), whichever comes first; zero: never.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	Request   Request   `json:"request"`
+	// Interruptions are the VM's interruptions so far (spot VMs watched
+	// by a reaper: see Request.OnInterruption), oldest first.
+	Interruptions []Interrupted `json:"interruptions,omitempty"`
 }
 
 // Cost returns what the VM has cost so far at its price per hour: from
@@ -162,5 +165,11 @@ func vmFromRow(r journal.VM) *VM {
 	// A request that does not parse leaves the zero Request: the row is
 	// still shown, and the engine reports the problem when it drives it.
 	_ = json.Unmarshal(r.Request, &v.Request)
+	var jr struct {
+		Interruptions []Interrupted `json:"interruptions"`
+	}
+	if json.Unmarshal(r.Request, &jr) == nil {
+		v.Interruptions = jr.Interruptions
+	}
 	return v
 }

@@ -496,6 +496,11 @@ type Observed struct {
 	// the cloud's own word for it. The core's boot timeout starts when it
 	// leaves the queue.
 	Queued bool `json:"queued,omitempty"`
+	// Notice is an interruption the cloud's API announces for the
+	// instance (a pod's DisruptionTarget condition), where it does; nil
+	// otherwise. Clouds whose machines hear of it from their metadata
+	// server implement NoticeWatcher instead.
+	Notice *Notice `json:"notice,omitempty"`
 }
 
 // Feature is something a cloud may not support.

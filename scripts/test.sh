@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs gpuprov's whole test suite on a fresh machine: installs what the tests
-# need when it is missing (OpenSSH's sshd and sudo for the ssh tests, the PostgreSQL
+# need when it is missing (OpenSSH's sshd and sudo for the ssh tests, curl for the
+# simulated instances' metadata endpoint, the PostgreSQL
 # server binaries for the journal/postgres, replica and fleet tests, which
 # start a private server of their own on loopback), then vets and tests
 # every package with the race detector. Set GPUPROV_TEST_POSTGRES to a
@@ -13,6 +14,9 @@ need_pkgs=()
 # sudo: the ssh tests cancel a command run through `sudo -n` as an
 # unprivileged login they create.
 command -v sudo >/dev/null || need_pkgs+=(sudo)
+# curl: the simulated instances read their metadata endpoint (interruption
+# notices) with it, as the clouds' machines do.
+command -v curl >/dev/null || need_pkgs+=(curl)
 if [ -z "${GPUPROV_TEST_POSTGRES:-}" ] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && ! command -v initdb >/dev/null; then
   need_pkgs+=(postgresql)
 fi

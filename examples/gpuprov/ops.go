@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -107,9 +108,13 @@ func down(ctx context.Context, e *env, names []string, all bool) error {
 }
 
 func newRecoverCmd(e *env) *cobra.Command {
-	var retention time.Duration
+	var (
+		retention time.Duration
+		watch     bool
+		interval  time.Duration
+	)
 	cmd := &cobra.Command{
-		Use:   "recover [--retention DURATION]",
+		Use:   "recover [--retention DURATION] [--watch [--interval DURATION]]",
 		Short: "Finish what crashed or interrupted commands left: resume launches, finish teardowns",
 		Long: `Recover takes every VM the journal holds in an active state (pending,
 provisioning, waiting, deleting) that no live process drives, and drives it to
@@ -119,17 +124,37 @@ teardown is finished. Then it deletes the ready VMs whose --ttl or --max-cost
 has expired. Last it prunes the journal: VMs deleted or failed more than
 --retention ago lose their records (attempts and events too), and expired
 blocks go. Run it after a crash or a second Ctrl-C, and from cron to keep
-VMs on their leash and the journal small.`,
+VMs on their leash and the journal small.
+
+With --watch it then stays, until Ctrl-C: every --interval it deletes the
+expired VMs, and it watches every ready spot VM for the cloud's interruption
+notice (docs/interruptions.md), printing each notice and, for the VMs launched
+with --on-interruption, replacing them on another offer before the cloud takes
+them.`,
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if retention < 0 {
 				return usageErrorf("--retention %v: want a duration of 0 or more (0 keeps everything)", retention)
 			}
+			if interval <= 0 {
+				return usageErrorf("--interval %v: want a positive duration such as 30s", interval)
+			}
 			ctx := cmd.Context()
 			pr := newProgress(e.stdout, isTTY(e.stdout))
+			extra := []gpuprov.Option{gpuprov.WithRetention(retention)}
+			watching := newWatchPrinter(e.stdout)
+			if watch {
+				extra = append(extra, gpuprov.WithReaper(interval), gpuprov.WithInterruptionHandler(watching.hook))
+			}
 			// Recovered clusters re-join their nodes: give it the joiner.
-			s, err := e.open(ctx, sessionOptions{events: []func(gpuprov.Event){pr.Sink}, joiner: newK3sJoiner(k3sConfig()),
-				extra: []gpuprov.Option{gpuprov.WithRetention(retention)}})
+			// The recovery's progress lines, then the watch's.
+			sink := func(ev gpuprov.Event) {
+				if !watching.sink(ev) {
+					pr.Sink(ev)
+				}
+			}
+			s, err := e.open(ctx, sessionOptions{events: []func(gpuprov.Event){sink}, joiner: newK3sJoiner(k3sConfig()),
+				extra: extra})
 			if err != nil {
 				return err
 			}
@@ -191,12 +216,71 @@ VMs on their leash and the journal small.`,
 					failed = append(failed, err)
 				}
 			}
-			return errors.Join(failed...)
+			if err := errors.Join(failed...); err != nil || !watch {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "watching: expired VMs deleted and spot VMs watched for interruptions every %v; Ctrl-C stops\n", interval)
+			watching.start()
+			<-ctx.Done()
+			return nil
 		}),
 	}
 	cmd.Flags().DurationVar(&retention, "retention", gpuprov.DefaultRetention,
 		"prune VMs that ended (deleted or failed) longer ago than this, with their history; 0 keeps everything")
+	cmd.Flags().BoolVar(&watch, "watch", false, "then stay: reap expired VMs and watch spot VMs for interruptions until Ctrl-C")
+	cmd.Flags().DurationVar(&interval, "interval", 30*time.Second, "with --watch: how often to reap and refresh the watched VMs")
 	return cmd
+}
+
+// watchPrinter prints, once `recover --watch` watches, what the watch
+// does: the interruptions, the replacements and how they end.
+type watchPrinter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	on  bool
+	out func(format string, args ...any)
+}
+
+func newWatchPrinter(w io.Writer) *watchPrinter {
+	p := &watchPrinter{w: w}
+	p.out = func(format string, args ...any) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		fmt.Fprintf(p.w, "%s "+format+"\n", append([]any{time.Now().UTC().Format(time.RFC3339)}, args...)...)
+	}
+	return p
+}
+
+func (p *watchPrinter) start() {
+	p.mu.Lock()
+	p.on = true
+	p.mu.Unlock()
+}
+
+// sink prints the watch's events, once it watches, and says whether it
+// took ev (the recovery before it has its own progress lines).
+func (p *watchPrinter) sink(ev gpuprov.Event) bool {
+	p.mu.Lock()
+	on := p.on
+	p.mu.Unlock()
+	if !on {
+		return false
+	}
+	switch ev.Type {
+	case gpuprov.EvInterruption, gpuprov.EvReplacing, gpuprov.EvAttempt, gpuprov.EvFailure, gpuprov.EvRetired, gpuprov.EvReady,
+		gpuprov.EvFailed, gpuprov.EvDeleting, gpuprov.EvDeleted, gpuprov.EvTeardownError:
+		p.out("%-24s %-13s %s", ev.VM, ev.Type, oneLine(ev.Message))
+	}
+	return true
+}
+
+// hook is the interruption hook: it says how long the machine has.
+func (p *watchPrinter) hook(_ context.Context, in gpuprov.Interruption) {
+	what := "reclaimed"
+	if in.Heard {
+		what = fmt.Sprintf("%s notice, %v left", in.Notice.Kind, in.Left.Round(time.Second))
+	}
+	p.out("%-24s %-13s %s on %s", in.VM.Name, "hook", what, in.InstanceID)
 }
 
 func newSweepCmd(e *env) *cobra.Command {

@@ -68,7 +68,7 @@ func newListCmd(e *env) *cobra.Command {
 				return writeJSON(e.stdout, items)
 			}
 			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tPROVIDER\tREGION\tGPU\tPRICE/H\tCOST\tAGE\tLEFT")
+			fmt.Fprintln(tw, "NAME\tSTATE\tPROVIDER\tREGION\tGPU\tPRICE/H\tSPOT\tCOST\tAGE\tLEFT")
 			for _, it := range items {
 				state := string(it.State)
 				if it.Phase != "" {
@@ -91,8 +91,8 @@ func newListCmd(e *env) *cobra.Command {
 				case it.State == gpuprov.StateWaiting && !it.NextTry.IsZero():
 					left = "retry in " + age(max(0, it.NextTry.Sub(now)))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t$%.2f\t%s\t%s\n", it.Name, state, dash(it.Provider), dash(it.Location.String()),
-					gpu, price(it.PricePerHour), it.CostUSD, age(now.Sub(it.CreatedAt)), left)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t$%.2f\t%s\t%s\n", it.Name, state, dash(it.Provider), dash(it.Location.String()),
+					gpu, price(it.PricePerHour), spotText(it.VM), it.CostUSD, age(now.Sub(it.CreatedAt)), left)
 			}
 			return tw.Flush()
 		}),
@@ -100,6 +100,28 @@ func newListCmd(e *env) *cobra.Command {
 	addOutputFlag(cmd, &out)
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include deleted and failed VMs")
 	return cmd
+}
+
+// spotText is list's SPOT column: whether the VM runs on spot capacity
+// (a VM between machines: whether it asked for it), and how often it was
+// interrupted.
+func spotText(v *gpuprov.VM) string {
+	spot := v.Spot
+	if v.State != gpuprov.StateReady {
+		spot = spot || v.Request.Spot == provider.SpotOnly
+	}
+	out := "no"
+	if spot {
+		out = "yes"
+	}
+	switch n := len(v.Interruptions); n {
+	case 0:
+	case 1:
+		out += ", 1 interruption"
+	default:
+		out += fmt.Sprintf(", %d interruptions", n)
+	}
+	return out
 }
 
 func dash(s string) string {

@@ -54,6 +54,7 @@ type upFlags struct {
 	reserved    string
 	reservation string
 	flexStart   time.Duration
+	onIntr      string        // --on-interruption
 	block       time.Duration // a capacity block's window
 	blockFee    float64       // its most upfront fee, USD
 	blockCount  int
@@ -116,6 +117,7 @@ if this one is gone. 'gpuprov list' shows the time left.`,
 	fl.Float64Var(&f.maxPrice, "max-price", 0, "highest price per machine-hour in USD (default: no limit)")
 	fl.StringVar(&f.spot, "spot", "no", "spot capacity: no, yes (spot only) or any (either, cheapest first)")
 	fl.Lookup("spot").NoOptDefVal = "yes"
+	fl.StringVar(&f.onIntr, "on-interruption", "", "with --spot: replace (launch a replacement at the cloud's notice, delete the old machine once it is ready) or replace-at-reclaim (keep the old one until the cloud takes it); a process running `gpuprov recover --watch` acts on it")
 	fl.StringArrayVar(&f.providers, "provider", nil, "restrict to this provider (repeatable)")
 	fl.StringArrayVar(&f.regions, "region", nil, "restrict to this region (repeatable; default: default_regions from the config)")
 	fl.DurationVar(&f.timeout, "timeout", gpuprov.DefaultTimeout, "give up (and tear down) after this long")
@@ -135,6 +137,7 @@ if this one is gone. 'gpuprov list' shows the time left.`,
 	_ = cmd.RegisterFlagCompletionFunc("gpu", cobra.FixedCompletions(provider.GPUNames(), cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("placement", cobra.FixedCompletions(placementNames(), cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("spot", cobra.FixedCompletions([]string{"no", "yes", "any"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("on-interruption", cobra.FixedCompletions([]string{string(gpuprov.ReplaceWhenReady), string(gpuprov.ReplaceAtReclaim)}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -148,7 +151,8 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 		Acceptance: gpuprov.Acceptance{Skip: f.noAccept, DCGM: f.dcgm, Command: f.acceptCmd, Ignore: f.ignore},
 		Rank:       gpuprov.Rank(f.rank),
 		Reserved:   provider.ReservedPolicy(f.reserved), Reservation: f.reservation, FlexStart: f.flexStart,
-		MinVCPUs: f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB, SourceRanges: f.allowFrom,
+		OnInterruption: gpuprov.InterruptionPolicy(f.onIntr),
+		MinVCPUs:       f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB, SourceRanges: f.allowFrom,
 	}
 	for _, kv := range f.labels {
 		k, v, ok := strings.Cut(kv, "=")

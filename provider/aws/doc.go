@@ -72,6 +72,9 @@
 //	           FindBlock DescribeCapacityReservations by those tags (blocks.go).
 //	Diagnose   DescribeInstances by id (terminated instances included, with StateReason) and
 //	           DescribeInstanceStatus (IncludeAllInstances: status checks, scheduled events).
+//	NoticeProbe  (provider.NoticeWatcher, spot instances) no API call: a shell
+//	           command the core runs on the machine, IMDSv2 spot/instance-action and
+//	           events/recommendations/rebalance (notice.go)
 //	Quotas     (provider.QuotaReader) Service Quotas GetServiceQuota, service code ec2, for
 //	           the P and G/VT on-demand and Spot vCPU quotas of the region (quotas.go).
 //

@@ -57,6 +57,9 @@
 //	          security group; gone is success, still in use is Transient
 //	Diagnose  GET virtualMachines/<name>?$expand=instanceView; for a VM that is
 //	          gone, GET its NIC (the gpuprov-spot tag attributes an eviction)
+//	NoticeProbe  (provider.NoticeWatcher) no API call: a shell command the core
+//	          runs on the machine, IMDS Scheduled Events, with the documented
+//	          approval as the notice's Ack (notice.go)
 //
 // Every call is one attempt: the pipelines' retry policy is off
 // (MaxRetries -1) and so is automatic resource provider registration; the

@@ -64,6 +64,9 @@
 //	          (preempted, hostError, guestTerminate, terminateOnHostMaintenance,
 //	          automaticRestart, migrateOnHostMaintenance), statusMessage,
 //	          lastStopTimestamp
+//	NoticeProbe  (provider.NoticeWatcher) no API call: a shell command the core
+//	          runs on the machine, the metadata server's instance/preempted (long
+//	          polled) and instance/maintenance-event (notice.go)
 //
 // Every call is one attempt: the clients' own retryers are turned off with
 // a gax call option on every call, the core is the only retry layer. The

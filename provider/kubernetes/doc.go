@@ -45,7 +45,8 @@
 //	          whole window is Capacity
 //	Observe   pods.list (label selector gpuprov=<vm>,gpuprov-installation=<id>)
 //	          + services.list (installation) + nodes.get per node a pod is on
-//	          (its health; a NodePort's addresses)
+//	          (its health; a NodePort's addresses); a pod's DisruptionTarget
+//	          condition is its Observed.Notice (notice.go)
 //	List      the same with selector gpuprov-installation=<id>,gpuprov
 //	Delete    per id: pods.get (ours?) + pods.delete with a UID precondition;
 //	          404 is success; not waited for. A pod terminating past its grace

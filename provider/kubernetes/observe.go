@@ -218,14 +218,15 @@ func (p *Provider) node(ctx context.Context, name string) (*corev1.Node, bool, e
 	return nil, false, err
 }
 
-// observed normalizes one pod of l.
+// observed normalizes one pod of l, with the interruption its
+// DisruptionTarget condition announces (disruptionNotice).
 func (p *Provider) observed(pod *corev1.Pod, l *listing, now time.Time) provider.Observed {
 	status, vendor := p.podStatus(pod, l.down(pod), now)
 	o := provider.Observed{
 		ID: pod.Name, VM: pod.Labels[provider.LabelVM], Status: status, VendorStatus: vendor,
 		Location:     provider.Location{Region: p.region, Zone: pod.Labels[labelZone]},
 		InstanceType: pod.Annotations[annotationInstanceType], Created: pod.CreationTimestamp.Time,
-		PrivateIP: pod.Status.PodIP,
+		PrivateIP: pod.Status.PodIP, Notice: disruptionNotice(pod),
 	}
 	host, port := p.endpoint(pod, l)
 	if host != "" && p.cfg.ServiceType != ServiceClusterIP {
