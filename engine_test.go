@@ -63,6 +63,10 @@ func TestRequestValidationCreatesNothing(t *testing.T) {
 		{"bad spot", gpuprov.Request{Name: "x", GPU: "L4", Spot: "maybe"}, "spot"},
 		{"unknown provider", gpuprov.Request{Name: "x", GPU: "L4", Providers: []string{"aws"}}, `"aws" is not configured`},
 		{"bad port", gpuprov.Request{Name: "x", GPU: "L4", OpenPorts: []provider.Port{{Number: 70000, Protocol: "tcp"}}}, "open_ports"},
+		{"replacement of an on-demand VM", gpuprov.Request{Name: "x", GPU: "L4", OnInterruption: gpuprov.ReplaceWhenReady},
+			"on_interruption: \"replace\": only spot VMs are watched"},
+		{"unknown interruption policy", gpuprov.Request{Name: "x", GPU: "L4", Spot: provider.SpotOnly, OnInterruption: "restart"},
+			`on_interruption: "restart": want "" (notice and hook only), "replace" or "replace-at-reclaim"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
