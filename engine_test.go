@@ -65,6 +65,9 @@ func TestRequestValidationCreatesNothing(t *testing.T) {
 		{"bad port", gpuprov.Request{Name: "x", GPU: "L4", OpenPorts: []provider.Port{{Number: 70000, Protocol: "tcp"}}}, "open_ports"},
 		{"replacement of an on-demand VM", gpuprov.Request{Name: "x", GPU: "L4", OnInterruption: gpuprov.ReplaceWhenReady},
 			"on_interruption: \"replace\": only spot VMs are watched"},
+		{"negative idle timeout", gpuprov.Request{Name: "x", GPU: "L4", IdleTimeout: -time.Minute}, "idle_timeout: negative"},
+		{"idle threshold over 100%", gpuprov.Request{Name: "x", GPU: "L4", IdleTimeout: time.Hour, IdleBelow: 150}, "idle_below: 150 is not a percentage"},
+		{"busy command without a timeout", gpuprov.Request{Name: "x", GPU: "L4", BusyCommand: "true"}, "idle_below and busy_command need an idle_timeout"},
 		{"unknown interruption policy", gpuprov.Request{Name: "x", GPU: "L4", Spot: provider.SpotOnly, OnInterruption: "restart"},
 			`on_interruption: "restart": want "" (notice and hook only), "replace" or "replace-at-reclaim"`},
 	}

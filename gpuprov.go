@@ -84,7 +84,9 @@ type Provisioner struct {
 	// watch is the interruption watch of the ready spot VMs, which the
 	// reaper keeps (interrupt.go); noticeEvery how often it probes, and
 	// onInterruption the caller's hook (WithInterruptionHandler).
-	watch          watcher
+	watch watcher
+	// idle is the idle detection the reaper keeps (idle.go).
+	idle           idleWatch
 	noticeEvery    time.Duration
 	onInterruption InterruptionHandler
 	stopReap       context.CancelFunc
@@ -316,6 +318,7 @@ func New(j journal.Journal, opts ...Option) (*Provisioner, error) {
 	p := &Provisioner{
 		background: bg, stopBG: stopBG,
 		watch:       watcher{vms: map[string]*watch{}, done: map[string]bool{}, gone: map[string]int{}},
+		idle:        idleWatch{vms: map[string]*idleVM{}},
 		noticeEvery: provider.NoticeEvery,
 		j:           j,
 		providers:   map[string]*paced{},

@@ -149,18 +149,13 @@ func spotReady(row journal.VM) (provider.Offer, bool) {
 	return o, true
 }
 
-// syncWatches starts a watch for every ready spot VM of the journal that
+// syncWatches starts a watch for every ready spot VM of rows that
 // has none, stops those of VMs that are not ready on the same instance any
 // more, and observes the watched VMs whose machine cannot be heard from
 // (no probe, no login key, or a session that is down): a preemption seen
 // so, or a notice the cloud's API gives (Observed.Notice), is handled as a
 // heard notice is.
-func (p *Provisioner) syncWatches(ctx context.Context) {
-	rows, err := p.j.ListVMs(ctx, journal.ListOptions{States: []journal.VMState{journal.StateReady}})
-	if err != nil {
-		p.log.Warn("interruption watch: listing VMs", "err", err)
-		return
-	}
+func (p *Provisioner) syncWatches(ctx context.Context, rows []journal.VM) {
 	w := &p.watch
 	w.mu.Lock()
 	keep := map[string]bool{}

@@ -109,7 +109,10 @@ func expiredWhy(row journal.VM) string {
 // every ready spot VM of the journal for interruption notices (see
 // docs/interruptions.md, Request.OnInterruption, WithInterruptionHandler):
 // one SSH session per VM whose cloud's machines hear of it, and, at each
-// interval, an observation of those it cannot hear from.
+// interval, an observation of those it cannot hear from; and it samples
+// the GPUs of every ready VM with an IdleTimeout, one command per VM per
+// interval over a kept SSH connection, deleting those idle for their
+// timeout (docs/idle.md).
 func WithReaper(interval time.Duration) Option {
 	return func(p *Provisioner) {
 		if interval <= 0 {
@@ -122,9 +125,15 @@ func WithReaper(interval time.Duration) Option {
 
 // reaper is WithReaper's loop; it ends when ctx does (Close).
 func (p *Provisioner) reaper(ctx context.Context) {
+	defer p.stopIdle()
 	defer p.stopWatches()
 	for {
-		p.syncWatches(ctx)
+		if rows, err := p.j.ListVMs(ctx, journal.ListOptions{States: []journal.VMState{journal.StateReady}}); err != nil {
+			p.log.Warn("reaper: listing the ready VMs", "err", err)
+		} else {
+			p.syncWatches(ctx, rows)
+			p.sampleIdle(ctx, rows)
+		}
 		if err := p.clock.Sleep(ctx, p.reapEvery); err != nil {
 			return
 		}

@@ -170,6 +170,21 @@ type Request struct {
 	// offer is left. Spot VMs only.
 	OnInterruption InterruptionPolicy `json:"on_interruption,omitempty"`
 
+	// IdleTimeout, when positive, deletes the ready VM once its GPUs have
+	// been idle this long: every GPU's utilization under IdleBelow at
+	// each sample, which whatever process runs the reaper (WithReaper,
+	// `gpuprov recover --watch`) takes over SSH once per reaper interval
+	// (see docs/idle.md). 0: never.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// IdleBelow is the utilization, in percent, under which a GPU counts
+	// as idle; 0: DefaultIdleBelow.
+	IdleBelow int `json:"idle_below,omitempty"`
+	// BusyCommand, when set, runs on the machine at each idle sample (as
+	// the login user, in a shell): exit 0 says the machine is busy
+	// whatever its GPUs show (a job downloading its data). It is a remote
+	// command line: never put a secret in it.
+	BusyCommand string `json:"busy_command,omitempty"`
+
 	// Rank orders the planned offers: RankPrice (list price, the default)
 	// or RankExpectedCost (the expected cost of a usable machine, from the
 	// journal's per-offer history; see Expectation).
@@ -243,6 +258,10 @@ const MaxAcceptanceCommand = 4096
 // MaxFlexStart is the longest Request.FlexStart accepted; each cloud
 // bounds it further (GCP: 7 days).
 const MaxFlexStart = 30 * 24 * time.Hour
+
+// DefaultIdleBelow is the GPU utilization, in percent, under which a GPU
+// counts as idle for Request.IdleTimeout.
+const DefaultIdleBelow = 5
 
 // DefaultTimeout bounds a launch whose Request has no Timeout.
 const DefaultTimeout = 20 * time.Minute
@@ -371,6 +390,18 @@ func (r *Request) normalize(known map[string]bool) error {
 	}
 	if r.FlexStart > 0 && r.Spot == provider.SpotOnly {
 		return &RequestError{"flex_start", "queued capacity is not spot: ask for one or the other"}
+	}
+	if r.IdleTimeout < 0 {
+		return &RequestError{"idle_timeout", "negative"}
+	}
+	if r.IdleBelow < 0 || r.IdleBelow > 100 {
+		return &RequestError{"idle_below", fmt.Sprintf("%d is not a percentage (0 to 100)", r.IdleBelow)}
+	}
+	if (r.IdleBelow != 0 || r.BusyCommand != "") && r.IdleTimeout == 0 {
+		return &RequestError{"idle_timeout", "idle_below and busy_command need an idle_timeout"}
+	}
+	if len(r.BusyCommand) > MaxAcceptanceCommand {
+		return &RequestError{"busy_command", fmt.Sprintf("%d bytes; at most %d", len(r.BusyCommand), MaxAcceptanceCommand)}
 	}
 	switch r.OnInterruption {
 	case "", ReplaceWhenReady, ReplaceAtReclaim:

@@ -4,7 +4,9 @@
 # or "!" and the error the driver prints for a GPU it cannot reach. idx
 # lists the GPUs to print (" 0 1 "). A known field without a value prints
 # [N/A]; an unknown one fails as the driver does (exit 2); a GPU it cannot
-# reach prints its error and makes the exit status 15.
+# reach prints its error and makes the exit status 15. util, when set (the
+# file .sim-gpu/utilization, which a program on the machine writes to
+# stand for a GPU job), is every GPU's utilization.gpu.
 FNR == NR { canon[$1] = $2; unit[$1] = $3; next }
 !started {
 	started = 1
@@ -35,6 +37,7 @@ FNR == NR { canon[$1] = $2; unit[$1] = $3; next }
 		p = index($j, "=")
 		v[substr($j, 1, p - 1)] = substr($j, p + 1)
 	}
+	if (util ~ /^[0-9]+$/ && ("utilization.gpu" in v)) v["utilization.gpu"] = util
 	line = ""
 	for (i = 1; i <= n; i++) {
 		c = canon[f[i]]
