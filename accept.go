@@ -62,7 +62,8 @@ func (d *driver) accept(ctx context.Context, a *journal.Attempt) error {
 	if err != nil {
 		return fmt.Errorf("gpu probe: %w", err)
 	}
-	rep := gpu.Check(probe, gpu.Expect{Model: d.req.GPU, Count: d.req.GPUCount}, opts)
+	want := d.offerGPU() // the alternative this attempt's offer is of
+	rep := gpu.Check(probe, gpu.Expect{Model: want.GPU, Count: want.Count}, opts)
 	if spec.Command != "" && rep.OK {
 		cout, cerr, err := d.conn.Run(ctx, spec.Command)
 		if err != nil {

@@ -154,11 +154,15 @@ func placeReservations(offers []provider.Offer, now time.Time) ([]provider.Offer
 		}
 		kept = append(kept, o)
 	}
-	slices.SortStableFunc(kept, func(a, b provider.Offer) int {
-		return cmp.Or(cmp.Compare(tryClass(&a), tryClass(&b)), cmp.Compare(a.MarginalPrice(), b.MarginalPrice()),
-			cmp.Compare(a.PricePerHour, b.PricePerHour), cmp.Compare(a.Key(), b.Key()))
-	})
+	slices.SortStableFunc(kept, tryOrder)
 	return kept, skipped
+}
+
+// tryOrder is the order a plan tries its offers in, before any ranking:
+// reservations with room first, then by marginal price, list price and key.
+func tryOrder(a, b provider.Offer) int {
+	return cmp.Or(cmp.Compare(tryClass(&a), tryClass(&b)), cmp.Compare(a.MarginalPrice(), b.MarginalPrice()),
+		cmp.Compare(a.PricePerHour, b.PricePerHour), cmp.Compare(a.Key(), b.Key()))
 }
 
 // tryClass is the group an offer is tried in: 0 for a reservation with

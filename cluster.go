@@ -25,7 +25,8 @@ type ClusterRequest struct {
 	// MinNodes is how many nodes must be ready for the cluster to count;
 	// 0 means all of them (all or nothing). With fewer, every node is deleted.
 	MinNodes int
-	// Node is the request for each node; its Name is ignored.
+	// Node is the request for each node; its Name is ignored. It names
+	// one GPU: GPU alternatives (Request.GPUs) are refused.
 	Node Request
 	// Placement says how close together the nodes must be; "" is
 	// PlacementAny.
@@ -108,6 +109,10 @@ func (p *Provisioner) launchCluster(ctx context.Context, req ClusterRequest) (*C
 	if req.Node.Block != nil {
 		// Each node would buy a block of its own: a cluster buys none.
 		return nil, &RequestError{"node.block", "a cluster does not buy capacity blocks: buy one block for every node with one launch (block.count), then launch the cluster into it with node.reservation"}
+	}
+	if len(req.Node.GPUs) > 0 {
+		// Nodes failing over on their own would mix models in one cluster.
+		return nil, &RequestError{"node.gpus", "a cluster's nodes share one GPU model: name it in node.gpu (GPU alternatives are for single VMs)"}
 	}
 	reqs := make([]Request, req.Nodes)
 	for i := range reqs {

@@ -502,6 +502,13 @@ func firstPhase(o *provider.Offer) string {
 
 // startAttempt journals a new attempt on offer before anything is prepared.
 func (d *driver) startAttempt(ctx context.Context, o *provider.Offer) (*journal.Attempt, error) {
+	if pp, ok := d.p.providers[o.Provider]; ok && o.Billing == nil {
+		// The attempt records how its instance bills, so that the
+		// journal alone counts the bill (cost.go).
+		oc, b := *o, pp.caps.Billing
+		oc.Billing = &b
+		o = &oc
+	}
 	raw, err := json.Marshal(o)
 	if err != nil {
 		return nil, fmt.Errorf("gpuprov: encoding offer: %w", err)

@@ -497,8 +497,8 @@ func (d *driver) nextOffer(ctx context.Context) (*provider.Offer, error) {
 		}
 		return o, nil
 	}
-	return nil, fmt.Errorf("%w for %s×%d: %d planned, %d blocked, %d tried%s", ErrNoOffers,
-		d.req.GPU, d.req.GPUCount, len(res.Offers), blocked, len(d.tried), res.errorSummary())
+	return nil, fmt.Errorf("%w for %s: %d planned, %d blocked, %d tried%s", ErrNoOffers,
+		d.req.alternativesText(), len(res.Offers), blocked, len(d.tried), res.errorSummary())
 }
 
 // dropPlacementGroup deletes the compact cluster's placement group once

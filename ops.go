@@ -45,7 +45,11 @@ type clusterNode struct {
 func (p *Provisioner) launchNode(ctx context.Context, req Request, cn clusterNode) (vm *VM, err error) {
 	ctx, sp := p.startOp(ctx, "gpuprov.Launch")
 	if sp.IsRecording() {
-		sp.SetAttributes(attrVM.String(req.Name), attrGPU.String(req.GPU), attrGPUCount.Int(req.GPUCount))
+		gpu := req.GPU
+		if len(req.GPUs) > 0 {
+			gpu = req.alternativesText() // as given: the request is not normalized yet
+		}
+		sp.SetAttributes(attrVM.String(req.Name), attrGPU.String(gpu), attrGPUCount.Int(req.GPUCount))
 		if cn.cluster != "" {
 			sp.SetAttributes(attrCluster.String(cn.cluster))
 		}
@@ -77,7 +81,7 @@ func (p *Provisioner) launchNode(ctx context.Context, req Request, cn clusterNod
 		return nil, err
 	}
 	d.join = join
-	msg := fmt.Sprintf("%s×%d", req.GPU, req.GPUCount)
+	msg := req.alternativesText()
 	if req.MaxPricePerHour > 0 {
 		msg += " under " + usd(req.MaxPricePerHour) + "/h"
 	}

@@ -25,12 +25,24 @@ func (d *driver) afterBoot() string {
 // node describes the VM's running instance for the connect, bootstrap and
 // join phases.
 func (d *driver) node() Node {
+	gpu := d.offerGPU()
 	return Node{
 		VM: d.row.Name, Cluster: d.row.Cluster, Provider: d.row.Provider,
 		Location: provider.Location{Region: d.row.Region, Zone: d.row.Zone}, InstanceID: d.row.InstanceID,
 		SSH:      provider.SSHEndpoint{Host: d.row.SSHHost, Port: d.row.SSHPort, User: d.row.SSHUser},
-		PublicIP: d.row.SSHHost, GPU: d.req.GPU, GPUCount: d.req.GPUCount, HostKey: d.row.HostKey,
+		PublicIP: d.row.SSHHost, GPU: gpu.GPU, GPUCount: gpu.Count, HostKey: d.row.HostKey,
 	}
+}
+
+// offerGPU returns the GPU model and count of the offer the VM's attempt
+// is on (one of the request's alternatives), else of the request's first
+// alternative.
+func (d *driver) offerGPU() GPUChoice {
+	var o provider.Offer
+	if jsonUnmarshal(d.row.Offer, &o) == nil && o.GPU != "" && o.GPUCount > 0 {
+		return GPUChoice{GPU: o.GPU, Count: o.GPUCount}
+	}
+	return d.req.Alternatives()[0]
 }
 
 // nodePhases runs connect, accept, bootstrap and join, each journaled on
@@ -125,14 +137,11 @@ func (d *driver) ready(ctx context.Context, a *journal.Attempt) error {
 	replaced := d.replacing()
 	a.Phase, a.State, a.EndedAt = "", journal.AttemptSucceeded, now
 	d.row.State, d.row.Phase, d.row.ReadyAt, d.row.LastError, d.row.LastErrorKind = journal.StateReady, "", now, "", ""
-	d.row.NextTry, d.row.ExpiresAt = time.Time{}, expiry(&d.req, now, d.row.PricePerHour)
-	if replaced != nil && !replaced.ReadySince.IsZero() && d.req.TTL > 0 {
-		// A replacement keeps the VM's TTL: it counts from the first
-		// machine's ready (the cost cap counts this machine's price).
-		if end := replaced.ReadySince.Add(d.req.TTL); d.row.ExpiresAt.IsZero() || end.Before(d.row.ExpiresAt) {
-			d.row.ExpiresAt = end
-		}
+	ttlFrom := now
+	if replaced != nil && !replaced.ReadySince.IsZero() {
+		ttlFrom = replaced.ReadySince // a replacement keeps the VM's TTL
 	}
+	d.row.NextTry, d.row.ExpiresAt = time.Time{}, expiry(&d.req, ttlFrom, d.capEnd(ctx, a, now))
 	var o provider.Offer
 	if jsonUnmarshal(a.Offer, &o) == nil {
 		var ends []time.Time

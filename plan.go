@@ -1,6 +1,7 @@
 package gpuprov
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,9 +24,12 @@ import (
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // PlanResult is the offers for a request across every configured provider,
-// cheapest first.
+// in the order a launch tries them (cheapest first by default).
 type PlanResult struct {
 	// Offers are the offers that satisfy the request, blocked ones included.
+	// With GPU alternatives (Request.GPUs), the offers of every
+	// alternative, each with its GPU and GPUCount, in the request's
+	// GPUOrder.
 	Offers []provider.Offer
 	// Blocked maps an offer key to the block that covers it now.
 	Blocked map[string]journal.Block
@@ -36,7 +40,10 @@ type PlanResult struct {
 	// configured providers have, how many are left after each filter the
 	// request sets (provider, region, spot, GPU memory, price cap), and for
 	// the filter that left none what was there (the cheapest price under a
-	// cap, the regions offered, ...). Empty when there are offers.
+	// cap, the regions offered, ...). Empty when there are offers. With GPU
+	// alternatives, it says so for each alternative that has no offer,
+	// named first ("A100-80GB×2: no configured provider offers ..."),
+	// whether or not the others have offers.
 	Explanation string
 	// History is the journal's per-offer history of the planned offers
 	// (by offer key), where the journal keeps one; Expected is what it
@@ -137,7 +144,8 @@ func usd(p float64) string {
 }
 
 // Plan validates req and returns the offers every configured provider has
-// for it, cheapest first, with the blocks that currently cover some of them.
+// for it (for each of its GPU alternatives), in the order Launch would try
+// them, with the blocks that currently cover some of them.
 // It creates nothing. It fails only if req is invalid or every provider's
 // Plan failed.
 func (p *Provisioner) Plan(ctx context.Context, req Request) (*PlanResult, error) {
@@ -182,12 +190,72 @@ type planEntry struct {
 // concurrent and recent launches of the same resource request (a 1,000-VM
 // launch plans once, not 1,000 times). A plan made before since is not
 // shared (a VM back from waiting for capacity wants offers newer than its
-// wait). The blocklist is read fresh each time.
+// wait). The blocklist is read fresh each time. A request with several GPU
+// alternatives plans each alternative as a request of its own, in
+// parallel and through the same cache, and merges their offers in the
+// request's GPUOrder.
 func (p *Provisioner) plan(ctx context.Context, req *Request, since time.Time) (*PlanResult, error) {
 	names := req.Providers
 	if len(names) == 0 {
 		names = p.Providers()
 	}
+	alts := req.Alternatives()
+	var entry planEntry
+	var everyFailed bool // every provider's Plan failed, for every alternative
+	if len(alts) == 1 {
+		entry = p.planned(ctx, req, names, since)
+		everyFailed = len(entry.errs) == len(names)
+	} else {
+		entries := make([]planEntry, len(alts))
+		var wg sync.WaitGroup
+		for i, c := range alts {
+			one := req.alternative(c)
+			wg.Go(func() { entries[i] = p.planned(ctx, &one, names, since) })
+		}
+		wg.Wait()
+		entry = mergeAlternatives(alts, entries, len(names))
+		everyFailed = !slices.ContainsFunc(entries, func(e planEntry) bool { return len(e.errs) < len(names) })
+	}
+	if entry.reservation != "" {
+		return nil, &RequestError{"reservation", entry.reservation}
+	}
+	if everyFailed && len(names) > 0 {
+		var all []error
+		for _, n := range names {
+			all = append(all, ofProvider(n, entry.errs[n]))
+		}
+		return nil, fmt.Errorf("gpuprov: every provider's Plan failed: %w", errors.Join(all...))
+	}
+	blocks, err := p.activeBlocks(ctx)
+	if err != nil {
+		return nil, &journalError{err}
+	}
+	res := &PlanResult{Offers: entry.offers, Skipped: entry.skipped, Errors: entry.errs, Explanation: entry.why,
+		Blocked: map[string]journal.Block{}, blocks: map[string]journal.Block{}, now: p.clock.Now(), planned: entry.at}
+	for _, b := range blocks {
+		res.blocks[b.Key] = b
+	}
+	for i := range res.Offers {
+		if b, ok := blockedBy(&res.Offers[i], res.blocks); ok {
+			res.Blocked[res.Offers[i].Key()] = b
+		}
+	}
+	if err := p.rank(ctx, req, res); err != nil {
+		return nil, &journalError{err}
+	}
+	if req.GPUOrder == GPUOrderGiven && len(alts) > 1 {
+		res.Offers = slices.Clone(res.Offers)
+		slices.SortStableFunc(res.Offers, func(a, b provider.Offer) int {
+			return cmp.Compare(alternativeOf(alts, &a), alternativeOf(alts, &b))
+		})
+	}
+	return res, nil
+}
+
+// planned returns the plan of a request for one GPU choice: the cached one
+// unless older than since or the cache's TTL, else a fresh one, made once
+// for every launch asking at the same time.
+func (p *Provisioner) planned(ctx context.Context, req *Request, names []string, since time.Time) planEntry {
 	keyJSON, _ := json.Marshal(struct { // marshalling plain structs cannot fail
 		R *provider.ResourceRequest
 		P []string
@@ -213,34 +281,98 @@ func (p *Provisioner) plan(ctx context.Context, req *Request, since time.Time) (
 		// A flight that began before since is joined, then made again.
 		entry, ok = v.(planEntry), !v.(planEntry).at.Before(since)
 	}
-	if entry.reservation != "" {
-		return nil, &RequestError{"reservation", entry.reservation}
-	}
-	if len(entry.errs) == len(names) && len(names) > 0 {
-		var all []error
-		for _, n := range names {
-			all = append(all, ofProvider(n, entry.errs[n]))
+	return entry
+}
+
+// mergeAlternatives merges the plans of a request's GPU alternatives (in
+// the request's order) into one: every offer, in the order a single plan
+// has them (reservations with room first, then by marginal price); every
+// skipped offer; per provider, its failures (labelled with the alternative
+// where they differ); the named reservation's problem only when no
+// alternative has it; and, for each alternative without an offer, why.
+// n is the number of providers planned.
+func mergeAlternatives(alts []GPUChoice, entries []planEntry, n int) planEntry {
+	m := planEntry{errs: map[string]error{}, at: entries[0].at}
+	perProvider := map[string][]error{}
+	var why, reservations []string
+	for i, e := range entries {
+		m.offers = append(m.offers, e.offers...)
+		m.skipped = append(m.skipped, e.skipped...)
+		if e.at.Before(m.at) {
+			m.at = e.at // the oldest: a restock is judged against it
 		}
-		return nil, fmt.Errorf("gpuprov: every provider's Plan failed: %w", errors.Join(all...))
-	}
-	blocks, err := p.activeBlocks(ctx)
-	if err != nil {
-		return nil, &journalError{err}
-	}
-	res := &PlanResult{Offers: entry.offers, Skipped: entry.skipped, Errors: entry.errs, Explanation: entry.why,
-		Blocked: map[string]journal.Block{}, blocks: map[string]journal.Block{}, now: p.clock.Now(), planned: entry.at}
-	for _, b := range blocks {
-		res.blocks[b.Key] = b
-	}
-	for i := range res.Offers {
-		if b, ok := blockedBy(&res.Offers[i], res.blocks); ok {
-			res.Blocked[res.Offers[i].Key()] = b
+		for name, err := range e.errs {
+			perProvider[name] = append(perProvider[name], fmt.Errorf("%s: %w", alts[i], err))
+		}
+		if e.reservation != "" {
+			reservations = append(reservations, fmt.Sprintf("%s: %s", alts[i], e.reservation))
+		}
+		if len(e.offers) == 0 {
+			why = append(why, fmt.Sprintf("%s: %s", alts[i], cmp.Or(e.why, noOffersWhy(e, n))))
 		}
 	}
-	if err := p.rank(ctx, req, res); err != nil {
-		return nil, &journalError{err}
+	slices.SortStableFunc(m.offers, tryOrder)
+	for name, errs := range perProvider {
+		m.errs[name] = errs[0]
+		if len(errs) == len(alts) && allSame(errs) {
+			m.errs[name] = errors.Unwrap(errs[0]) // the same failure whatever the GPU
+		} else if len(errs) > 1 {
+			m.errs[name] = alternativeErrors(errs)
+		}
 	}
-	return res, nil
+	if len(reservations) == len(alts) {
+		m.reservation = strings.Join(reservations, "; ")
+	}
+	m.why = strings.Join(why, "; ")
+	return m
+}
+
+// noOffersWhy says why an alternative's plan without an explanation has no
+// offer: its offers were left out, or its providers' Plan failed.
+func noOffersWhy(e planEntry, n int) string {
+	switch {
+	case len(e.skipped) > 0:
+		return "every offer is left out"
+	case len(e.errs) >= n:
+		return "every provider's Plan failed"
+	}
+	return "no offer"
+}
+
+// allSame reports whether every error of errs (each "choice: err") wraps
+// an error saying the same.
+func allSame(errs []error) bool {
+	for _, err := range errs[1:] {
+		if errors.Unwrap(err).Error() != errors.Unwrap(errs[0]).Error() {
+			return false
+		}
+	}
+	return true
+}
+
+// alternativeErrors is one provider's plan failures for several GPU
+// alternatives, in one line: "H100-80GB×1: …; A100-80GB×2: …". errors.Is
+// and errors.As see each of them.
+type alternativeErrors []error
+
+func (e alternativeErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e alternativeErrors) Unwrap() []error { return e }
+
+// alternativeOf returns the index of the GPU choice o is an offer of.
+func alternativeOf(alts []GPUChoice, o *provider.Offer) int {
+	for i, c := range alts {
+		if c.GPU == o.GPU && c.Count == o.GPUCount {
+			return i
+		}
+	}
+	return len(alts)
 }
 
 func (c *planCache) get(key string, now time.Time, ttl time.Duration, since time.Time) (planEntry, bool) {

@@ -92,12 +92,12 @@ func (p *Provisioner) reap(ctx context.Context) ([]Reaped, error) {
 func expiredWhy(row journal.VM) string {
 	var jr journaledRequest
 	_ = json.Unmarshal(row.Request, &jr) // the row was launched from it; a bad one names no limit
-	if jr.TTL > 0 && row.ReadyAt.Add(jr.TTL).Equal(row.ExpiresAt) {
+	if jr.TTL > 0 && (jr.MaxCost == 0 || row.ReadyAt.Add(jr.TTL).Equal(row.ExpiresAt)) {
 		return fmt.Sprintf("ready for its TTL of %v", jr.TTL)
 	}
 	if jr.MaxCost > 0 {
-		return fmt.Sprintf("its cost reached its cap of %s (%s/h since %s)", usd(jr.MaxCost), usd(row.PricePerHour),
-			row.ReadyAt.UTC().Format(time.RFC3339))
+		return fmt.Sprintf("its billed cost reached its cap of %s (every attempt that billed, this machine at %s/h)",
+			usd(jr.MaxCost), usd(row.PricePerHour))
 	}
 	return "its expiry " + row.ExpiresAt.UTC().Format(time.RFC3339) + " passed"
 }

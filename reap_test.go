@@ -44,9 +44,15 @@ func TestTTLAndMaxCostEnforcedByAnotherProcess(t *testing.T) {
 	if got, want := rows["leashed"].ExpiresAt, ready["leashed"].Add(8*time.Hour); !got.Equal(want) {
 		t.Errorf("leashed expires at %v; want ready + 8h = %v", got, want)
 	}
+	// The cap is on the bill, which counts from the create's acceptance
+	// (docs/cost.md), not from ready.
 	price := rows["capped"].PricePerHour
-	if got, want := rows["capped"].ExpiresAt, ready["capped"].Add(time.Duration(5/price*float64(time.Hour))); !got.Equal(want) {
-		t.Errorf("capped ($%v/h, $5 cap) expires at %v; want %v", price, got, want)
+	as, err := e.j.Attempts(context.Background(), "capped")
+	if err != nil || len(as) != 1 {
+		t.Fatalf("capped's attempts: %+v, %v", as, err)
+	}
+	if got, want := rows["capped"].ExpiresAt, as[0].CreateSent.Add(time.Duration(5/price*float64(time.Hour))); !got.Equal(want) {
+		t.Errorf("capped ($%v/h, $5 cap) expires at %v; want its create + $5 of time, %v", price, got, want)
 	}
 	if got, want := rows["both"].ExpiresAt, ready["both"].Add(time.Hour); !got.Equal(want) {
 		t.Errorf("both expires at %v; want its TTL first, %v", got, want)

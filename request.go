@@ -1,6 +1,7 @@
 package gpuprov
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -30,7 +31,8 @@ func (e *RequestError) Error() string {
 // Is makes errors.Is(err, ErrInvalidRequest) true.
 func (e *RequestError) Is(target error) bool { return target == ErrInvalidRequest }
 
-// Request is what a caller needs for one VM. Only Name and GPU are required.
+// Request is what a caller needs for one VM. Only Name and GPU (or GPUs)
+// are required.
 type Request struct {
 	// Name identifies the VM in the journal and on every cloud resource
 	// (gpuprov-<name>): lowercase letters, digits and dashes, starting with a
@@ -38,9 +40,25 @@ type Request struct {
 	// rules every supported cloud's labels and names accept.
 	Name string `json:"name"`
 	// GPU is a canonical GPU name or alias ("H100-80GB", "h100", ...).
+	// Set GPU or GPUs, not both.
 	GPU string `json:"gpu"`
-	// GPUCount is the number of GPUs on the machine; default 1.
-	GPUCount        int                 `json:"gpu_count"`
+	// GPUCount is the number of GPUs on the machine; default 1. With GPUs,
+	// it is the count of each alternative that gives none.
+	GPUCount int `json:"gpu_count"`
+	// GPUs names alternative GPUs instead of GPU: the launch plans the
+	// offers of every alternative (each with its own count) across the
+	// providers and tries them in GPUOrder, so that a stockout of one model
+	// moves to the next model's offers within the same launch. Each name is
+	// canonicalized as GPU is; an unknown one, or an alternative given
+	// twice (the same GPU and count), is a RequestError naming its position
+	// ("gpus[1]"). The ready VM reports the GPU of the offer it runs on, and
+	// its acceptance checks that GPU. A cluster's nodes (ClusterRequest.Node)
+	// cannot have alternatives.
+	GPUs []GPUChoice `json:"gpus,omitempty"`
+	// GPUOrder orders the offers of GPUs' alternatives: GPUOrderPrice (the
+	// default) ranks them all together by Rank, GPUOrderGiven tries every
+	// offer of the first alternative (in Rank's order) before the second's.
+	GPUOrder        GPUOrder            `json:"gpu_order,omitempty"`
 	MinGPUMemoryGB  int                 `json:"min_gpu_memory_gb,omitempty"`
 	MaxPricePerHour float64             `json:"max_price_per_hour,omitempty"` // USD per hour for the machine; 0: no limit
 	Spot            provider.SpotPolicy `json:"spot,omitempty"`
@@ -114,9 +132,11 @@ type Request struct {
 	// Provisioner that runs Reap (or Recover, or WithReaper) on the journal
 	// enforces it. 0: no limit.
 	TTL time.Duration `json:"ttl,omitempty"`
-	// MaxCost deletes the VM once its accrued cost (its offer's price per
-	// hour × the time since it became ready, as List computes it) reaches
-	// this many USD; enforced as TTL is. 0: no limit.
+	// MaxCost deletes the VM once its bill reaches this many USD: every
+	// attempt that made an instance (a machine that booted and failed
+	// costs money) and the ready machine from its create, in each cloud's
+	// billing increments, as Costs counts it (docs/cost.md); enforced as
+	// TTL is. 0: no limit.
 	MaxCost float64 `json:"max_cost,omitempty"`
 
 	// Acceptance tunes the GPU acceptance phase (after connect, before
@@ -192,6 +212,66 @@ type Request struct {
 	// RankHorizon is how long the machine is expected to run, for
 	// RankExpectedCost; 0: the TTL, else DefaultRankHorizon.
 	RankHorizon time.Duration `json:"rank_horizon,omitempty"`
+}
+
+// GPUChoice is one alternative of Request.GPUs: a GPU and how many of it
+// the machine has.
+type GPUChoice struct {
+	// GPU is a canonical GPU name or alias, as Request.GPU.
+	GPU string `json:"gpu"`
+	// Count is the number of GPUs of this model on the machine, 1 to 64;
+	// 0: the request's GPUCount (default 1).
+	Count int `json:"count,omitempty"`
+}
+
+// String is the choice as gpuprov prints it: "A100-80GB×2".
+func (c GPUChoice) String() string { return fmt.Sprintf("%s×%d", c.GPU, c.Count) }
+
+// GPUOrder is Request.GPUOrder.
+type GPUOrder string
+
+// The orders of a request's GPU alternatives.
+const (
+	// GPUOrderPrice ranks the offers of every alternative together, by
+	// the request's Rank (cheapest first by default).
+	GPUOrderPrice GPUOrder = ""
+	// GPUOrderGiven tries the alternatives in the order the request gives
+	// them: every offer of the first before any of the second.
+	GPUOrderGiven GPUOrder = "given"
+)
+
+// Alternatives returns the GPU choices r accepts, in the order given: its
+// GPUs, else GPU×GPUCount. A count left 0 is GPUCount's, and a GPUCount
+// left 0 is 1. Names are as r has them (canonical once r was launched or
+// planned: VM.Request is).
+func (r Request) Alternatives() []GPUChoice {
+	def := max(r.GPUCount, 1)
+	if len(r.GPUs) == 0 {
+		return []GPUChoice{{GPU: r.GPU, Count: def}}
+	}
+	out := make([]GPUChoice, len(r.GPUs))
+	for i, c := range r.GPUs {
+		out[i] = GPUChoice{GPU: c.GPU, Count: cmp.Or(c.Count, def)}
+	}
+	return out
+}
+
+// alternativesText is the request's GPUs as its messages name them:
+// "H100-80GB×1", "H100-80GB×1 or A100-80GB×2".
+func (r *Request) alternativesText() string {
+	var parts []string
+	for _, c := range r.Alternatives() {
+		parts = append(parts, c.String())
+	}
+	return strings.Join(parts, " or ")
+}
+
+// alternative returns r for one of its GPU choices alone: what the
+// providers are asked for that choice.
+func (r *Request) alternative(c GPUChoice) Request {
+	one := *r
+	one.GPU, one.GPUCount, one.GPUs, one.GPUOrder = c.GPU, c.Count, nil, GPUOrderPrice
+	return one
 }
 
 // InterruptionPolicy is Request.OnInterruption.
@@ -304,19 +384,8 @@ func (r *Request) normalize(known map[string]bool) error {
 	if err := ValidateName(r.Name); err != nil {
 		return err
 	}
-	if r.GPU == "" {
-		return &RequestError{"gpu", fmt.Sprintf("empty (known: %s)", strings.Join(provider.GPUNames(), ", "))}
-	}
-	canon, err := provider.CanonicalGPU(r.GPU)
-	if err != nil {
-		return &RequestError{"gpu", err.Error()}
-	}
-	r.GPU = canon
-	if r.GPUCount == 0 {
-		r.GPUCount = 1
-	}
-	if r.GPUCount < 0 || r.GPUCount > 64 {
-		return &RequestError{"gpu_count", fmt.Sprintf("%d is not between 1 and 64", r.GPUCount)}
+	if err := r.normalizeGPUs(); err != nil {
+		return err
 	}
 	if r.MinGPUMemoryGB < 0 {
 		return &RequestError{"min_gpu_memory_gb", "negative"}
@@ -423,6 +492,59 @@ func (r *Request) normalize(known map[string]bool) error {
 		}
 	}
 	return r.Acceptance.validate()
+}
+
+// normalizeGPUs checks and canonicalizes GPU, GPUCount, GPUs and GPUOrder,
+// and resolves each alternative's count.
+func (r *Request) normalizeGPUs() error {
+	if len(r.GPUs) == 0 {
+		if r.GPU == "" {
+			return &RequestError{"gpu", fmt.Sprintf("empty (known: %s)", strings.Join(provider.GPUNames(), ", "))}
+		}
+		canon, err := provider.CanonicalGPU(r.GPU)
+		if err != nil {
+			return &RequestError{"gpu", err.Error()}
+		}
+		r.GPU = canon
+	} else if r.GPU != "" {
+		return &RequestError{"gpus", fmt.Sprintf("set with gpu %q: name one GPU in gpu, or every alternative in gpus", r.GPU)}
+	}
+	if r.GPUCount == 0 {
+		r.GPUCount = 1
+	}
+	if r.GPUCount < 0 || r.GPUCount > 64 {
+		return &RequestError{"gpu_count", fmt.Sprintf("%d is not between 1 and 64", r.GPUCount)}
+	}
+	if len(r.GPUs) > 0 {
+		gpus := make([]GPUChoice, 0, len(r.GPUs)) // the caller's slice stays as given
+		for i, c := range r.GPUs {
+			field := fmt.Sprintf("gpus[%d]", i)
+			if c.GPU == "" {
+				return &RequestError{field, fmt.Sprintf("empty GPU (known: %s)", strings.Join(provider.GPUNames(), ", "))}
+			}
+			canon, err := provider.CanonicalGPU(c.GPU)
+			if err != nil {
+				return &RequestError{field, err.Error()}
+			}
+			c.GPU, c.Count = canon, cmp.Or(c.Count, r.GPUCount)
+			if c.Count < 0 || c.Count > 64 {
+				return &RequestError{field + ".count", fmt.Sprintf("%d is not between 1 and 64", c.Count)}
+			}
+			if j := slices.Index(gpus, c); j >= 0 {
+				return &RequestError{field, fmt.Sprintf("%s is gpus[%d] already", c, j)}
+			}
+			gpus = append(gpus, c)
+		}
+		r.GPUs = gpus
+	}
+	switch r.GPUOrder {
+	case GPUOrderPrice, GPUOrderGiven:
+	case "price":
+		r.GPUOrder = GPUOrderPrice
+	default:
+		return &RequestError{"gpu_order", fmt.Sprintf("%q: want \"price\" (the default) or %q", r.GPUOrder, GPUOrderGiven)}
+	}
+	return nil
 }
 
 func (r *Request) validateBlock() error {

@@ -128,8 +128,10 @@ type VM struct {
 	Interruptions []Interrupted `json:"interruptions,omitempty"`
 }
 
-// Cost returns what the VM has cost so far at its price per hour: from
-// ready until it ended, or until now while it runs.
+// Cost returns what the VM's ready machine has cost so far at its price
+// per hour: from ready until it ended, or until now while it runs. The
+// bill (every attempt that made an instance, in the cloud's increments) is
+// Provisioner.Costs'.
 func (v *VM) Cost(now time.Time) float64 {
 	if v.ReadyAt.IsZero() {
 		return 0

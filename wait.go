@@ -124,23 +124,16 @@ func (d *driver) sleepUntilNextTry(ctx context.Context) error {
 	return nil
 }
 
-// expiry is when a VM of req that became ready at readyAt, at pricePerHour,
-// must be deleted: its TTL or the time its cost reaches MaxCost, whichever
-// comes first; zero when neither applies.
-func expiry(req *Request, readyAt time.Time, pricePerHour float64) time.Time {
+// expiry is when a VM of req must be deleted: its TTL counted from
+// ttlFrom, or capEnd, when its billed cost reaches MaxCost (zero: none),
+// whichever comes first; zero when neither applies.
+func expiry(req *Request, ttlFrom, capEnd time.Time) time.Time {
 	var at time.Time
 	if req.TTL > 0 {
-		at = readyAt.Add(req.TTL)
+		at = ttlFrom.Add(req.TTL)
 	}
-	if req.MaxCost > 0 && pricePerHour > 0 {
-		hours := req.MaxCost / pricePerHour
-		d := time.Duration(hours * float64(time.Hour))
-		if hours*float64(time.Hour) > float64(1<<62) {
-			d = 1 << 62 // a cap no VM reaches in its life
-		}
-		if c := readyAt.Add(d); at.IsZero() || c.Before(at) {
-			at = c
-		}
+	if !capEnd.IsZero() && (at.IsZero() || capEnd.Before(at)) {
+		at = capEnd
 	}
 	return at
 }

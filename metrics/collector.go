@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -61,6 +62,11 @@ type Collector struct {
 	teardownOf *cached[prometheus.Counter]
 	callsOf    *cached[callSeries]
 
+	// cost is WithCosts' reader and its last sums (nil without it);
+	// scrapes are serialized by costMu.
+	cost   *costCache
+	costMu sync.Mutex
+
 	mu         sync.Mutex
 	started    map[string]time.Time // VM → its launch event's time, while it launches
 	maxStarted int
@@ -79,6 +85,7 @@ type Option func(*config)
 
 type config struct {
 	j                          JournalReader
+	costs                      func(context.Context) ([]gpuprov.AttemptCost, error)
 	launchBuckets, callBuckets []float64
 }
 
@@ -147,10 +154,17 @@ func New(opts ...Option) *Collector {
 			Name: "gpuprov_api_retry_after_seconds_total", Help: "Pauses the cloud asked of the account with Retry-After, summed, by provider and op.",
 		}, []string{"provider", "op"}),
 	}
-	if c.j != nil {
+	if cfg.costs != nil {
+		c.cost = &costCache{read: cfg.costs, now: time.Now, desc: prometheus.NewDesc("gpuprov_billed_usd",
+			"What the journal's VMs billed, as gpuprov counts the bill (every attempt that made an instance, failed ones included, in its cloud's billing increments and minimum), by provider; read at most once a minute.",
+			[]string{"provider"}, nil)}
+	}
+	if c.j != nil || c.cost != nil {
 		c.readErrors = prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gpuprov_journal_read_errors_total", Help: "Reads of the journal at scrape time that failed; the gauge each feeds (gpuprov_vms, gpuprov_active_blocks) is missing from that scrape.",
+			Name: "gpuprov_journal_read_errors_total", Help: "Reads of the journal at scrape time that failed; the gauge each feeds (gpuprov_vms, gpuprov_active_blocks, gpuprov_billed_usd) is missing from that scrape.",
 		})
+	}
+	if c.j != nil {
 		c.vmsDesc = prometheus.NewDesc("gpuprov_vms",
 			"VMs of the journal that are not over (they may hold a machine or get one), by provider and state, read at scrape time.",
 			[]string{"provider", "state"}, nil)
@@ -265,6 +279,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- c.vmsDesc
 		ch <- c.activeDesc
 	}
+	if c.cost != nil {
+		ch <- c.cost.desc
+	}
 }
 
 // Collect implements prometheus.Collector. With WithJournal it reads the
@@ -272,6 +289,11 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if c.j != nil {
 		c.collectJournal(ch)
+	}
+	if c.cost != nil {
+		c.costMu.Lock()
+		c.collectCosts(ch)
+		c.costMu.Unlock()
 	}
 	for _, m := range c.collectors() {
 		m.Collect(ch)

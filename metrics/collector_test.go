@@ -289,7 +289,7 @@ gpuprov_vms{provider="sim-b",state="waiting"} 1
 gpuprov_active_blocks{error_type="capacity",provider="sim-a",scope="offer"} 2
 gpuprov_active_blocks{error_type="quota",provider="sim-b",scope="region"} 1
 gpuprov_active_blocks{error_type="quota",provider="sim-b",scope="spot"} 1
-# HELP gpuprov_journal_read_errors_total Reads of the journal at scrape time that failed; the gauge each feeds (gpuprov_vms, gpuprov_active_blocks) is missing from that scrape.
+# HELP gpuprov_journal_read_errors_total Reads of the journal at scrape time that failed; the gauge each feeds (gpuprov_vms, gpuprov_active_blocks, gpuprov_billed_usd) is missing from that scrape.
 # TYPE gpuprov_journal_read_errors_total counter
 gpuprov_journal_read_errors_total 0
 `
@@ -310,7 +310,7 @@ gpuprov_vms{provider="sim-b",state="ready"} 1
 	j.vmErr, j.blkErr = errors.New("database is down"), errors.New("database is down")
 	c.Event(ev(gpuprov.EvRecovered, "x", "", "", 0))
 	compare(t, c, `
-# HELP gpuprov_journal_read_errors_total Reads of the journal at scrape time that failed; the gauge each feeds (gpuprov_vms, gpuprov_active_blocks) is missing from that scrape.
+# HELP gpuprov_journal_read_errors_total Reads of the journal at scrape time that failed; the gauge each feeds (gpuprov_vms, gpuprov_active_blocks, gpuprov_billed_usd) is missing from that scrape.
 # TYPE gpuprov_journal_read_errors_total counter
 gpuprov_journal_read_errors_total 2
 # HELP gpuprov_recoveries_total VMs this process took over to resume them (Recover).
@@ -396,4 +396,41 @@ func BenchmarkCall(b *testing.B) {
 			c.Call(call)
 		}
 	})
+}
+
+// gpuprov_billed_usd sums the bill by provider, and reads it at most once
+// per CostEvery however often Prometheus scrapes.
+func TestBilledGauge(t *testing.T) {
+	reads := 0
+	costs := []gpuprov.AttemptCost{
+		{VM: "a", Attempt: 1, Provider: "sim-a", Outcome: "failed: accept", USD: 0.0415},
+		{VM: "a", Attempt: 2, Provider: "sim-a", Outcome: "ready", USD: 1.5},
+		{VM: "b", Attempt: 1, Provider: "sim-b", Outcome: "deleted", USD: 2.25},
+	}
+	var failWith error
+	c := metrics.New(metrics.WithCosts(func(context.Context) ([]gpuprov.AttemptCost, error) {
+		reads++
+		return costs, failWith
+	}))
+	want := `
+# HELP gpuprov_billed_usd What the journal's VMs billed, as gpuprov counts the bill (every attempt that made an instance, failed ones included, in its cloud's billing increments and minimum), by provider; read at most once a minute.
+# TYPE gpuprov_billed_usd gauge
+gpuprov_billed_usd{provider="sim-a"} 1.5415
+gpuprov_billed_usd{provider="sim-b"} 2.25
+`
+	compare(t, c, want, "gpuprov_billed_usd")
+	costs = nil
+	compare(t, c, want, "gpuprov_billed_usd") // the minute is not over: the same sums
+	if reads != 1 {
+		t.Errorf("%d reads of the costs for two scrapes in a minute, want 1", reads)
+	}
+
+	failing := metrics.New(metrics.WithCosts(func(context.Context) ([]gpuprov.AttemptCost, error) {
+		return nil, errors.New("database is down")
+	}))
+	compare(t, failing, `
+# HELP gpuprov_journal_read_errors_total Reads of the journal at scrape time that failed; the gauge each feeds (gpuprov_vms, gpuprov_active_blocks, gpuprov_billed_usd) is missing from that scrape.
+# TYPE gpuprov_journal_read_errors_total counter
+gpuprov_journal_read_errors_total 1
+`, "gpuprov_billed_usd", "gpuprov_journal_read_errors_total")
 }

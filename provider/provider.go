@@ -334,6 +334,10 @@ type Offer struct {
 	// Block, when set, is a capacity block the offer launches into once
 	// bought (BlockSeller); with Reservation set too, it is bought.
 	Block *Block `json:"block,omitempty"`
+	// Billing is how the offer's instance time is billed; nil: the
+	// provider's Capabilities.Billing (the core records that one with
+	// each attempt, so the journal alone can count the bill).
+	Billing *Billing `json:"billing,omitempty"`
 	// Detail is the adapter's private data for Create (vendor ids such as an
 	// image, a socket or a data center id). The core journals it as is.
 	Detail json.RawMessage `json:"detail,omitempty"`
@@ -530,6 +534,10 @@ const (
 // durations mean "use the core's default".
 type Capabilities struct {
 	Unsupported []Feature
+	// Billing is how the cloud bills an instance's time (its increment and
+	// minimum, with its pricing page); the zero value bills per second
+	// without a minimum.
+	Billing Billing
 	// BootTimeout bounds the wait from create to running with SSH.
 	BootTimeout time.Duration
 	// DeleteTimeout bounds a teardown: delete, wait until gone, cleanup.

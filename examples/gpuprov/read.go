@@ -77,8 +77,8 @@ func newListCmd(e *env) *cobra.Command {
 				gpu := "-"
 				if it.GPU != "" {
 					gpu = fmt.Sprintf("%s×%d", it.GPU, it.GPUCount)
-				} else if it.Request.GPU != "" {
-					gpu = fmt.Sprintf("%s×%d", it.Request.GPU, max(it.Request.GPUCount, 1))
+				} else if it.Request.GPU != "" || len(it.Request.GPUs) > 0 {
+					gpu = choicesText(it.Request, ",") // not yet on an offer: what it asks for
 				}
 				// LEFT: the time to a ready VM's expiry (expired: due for
 				// the next reaper), or a waiting VM's next try.
@@ -226,7 +226,10 @@ func printShow(e *env, so showOutput) {
 		state += " (" + v.Phase + ")"
 	}
 	fmt.Fprintf(w, "State:      %s\n", state)
-	fmt.Fprintf(w, "Request:    %s×%d", v.Request.GPU, max(v.Request.GPUCount, 1))
+	fmt.Fprintf(w, "Request:    %s", choicesText(v.Request, " or "))
+	if len(v.Request.GPUs) > 1 && v.Request.GPUOrder == gpuprov.GPUOrderGiven {
+		fmt.Fprint(w, " (in that order)")
+	}
 	if v.Request.MaxPricePerHour > 0 {
 		fmt.Fprintf(w, " under %s/h", usd(v.Request.MaxPricePerHour))
 	}
@@ -281,9 +284,14 @@ func newOffersCmd(e *env) *cobra.Command {
 	var f upFlags
 	var out string
 	cmd := &cobra.Command{
-		Use:   "offers --gpu GPU",
+		Use:   "offers --gpu GPU[,GPU...]",
 		Short: "List the offers for a request across every provider, cheapest first",
-		Args:  cobra.NoArgs,
+		Long: `List the offers for a request across every provider, in the order up would
+try them (cheapest first by default), with the blocks that cover some of them.
+With alternatives (--gpu h100,a100-80gb:2) the offers of every alternative are
+listed in one table, their GPU column saying which; an alternative that has no
+offer is named on stderr with why.`,
+		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(out); err != nil {
 				return err
@@ -293,8 +301,8 @@ func newOffersCmd(e *env) *cobra.Command {
 		}),
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.gpu, "gpu", "", "GPU model or alias (required)")
-	fl.IntVar(&f.count, "count", 1, "GPUs per machine")
+	fl.StringVar(&f.gpu, "gpu", "", "GPU model or alias, or alternatives h100,a100-80gb, each with an optional :COUNT (required)")
+	fl.IntVar(&f.count, "count", 1, "GPUs per machine (with --gpu alternatives: for those without :COUNT)")
 	fl.Float64Var(&f.maxPrice, "max-price", 0, "highest price per machine-hour in USD (default: no limit)")
 	fl.StringVar(&f.spot, "spot", "no", "spot capacity: no, yes or any")
 	fl.Lookup("spot").NoOptDefVal = "yes"
@@ -415,12 +423,10 @@ func offers(ctx context.Context, e *env, f *upFlags, out string) error {
 	for name, perr := range res.Errors {
 		fmt.Fprintf(e.stderr, "warning: provider %s skipped: %s\n", name, oneLine(perr.Error()))
 	}
-	if len(res.Offers) == 0 {
-		why := res.Explanation
-		if why == "" {
-			why = "no offers match"
-		}
-		fmt.Fprintln(e.stderr, why)
+	// With GPU alternatives, the explanation names those without an
+	// offer even when the others have some.
+	if why := res.Explanation; why != "" || len(res.Offers) == 0 {
+		fmt.Fprintln(e.stderr, cmp.Or(why, "no offers match"))
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,10 +53,14 @@ type upFlags struct {
 	labels      []string // KEY=VALUE
 	allowFrom   []string // CIDRs
 	rank        string
+	gpuOrder    string // --gpu-order
 	reserved    string
 	reservation string
 	flexStart   time.Duration
-	onIntr      string        // --on-interruption
+	onIntr      string // --on-interruption
+	idleTimeout time.Duration
+	idleBelow   int
+	busyCmd     string
 	block       time.Duration // a capacity block's window
 	blockFee    float64       // its most upfront fee, USD
 	blockCount  int
@@ -72,13 +78,17 @@ type upFlags struct {
 func newUpCmd(e *env) *cobra.Command {
 	var f upFlags
 	cmd := &cobra.Command{
-		Use:   "up --gpu GPU [--name NAME] [--nodes N]",
+		Use:   "up --gpu GPU[,GPU...] [--name NAME] [--nodes N]",
 		Short: "Launch one GPU VM, or a k3s cluster with --nodes",
 		Long: `Launch one GPU VM and wait until it is ready (reachable over SSH), or with
 --nodes N a k3s cluster of N such VMs named NAME-0 … NAME-(N-1).
 
 Offers are planned across every configured provider (or those given with
---provider), cheapest first; stockouts fail over to the next offer. Ctrl-C
+--provider), cheapest first; stockouts fail over to the next offer. --gpu may
+name alternatives (--gpu h100,a100-80gb, with a count per model where they
+differ: --gpu h100:1,a100-80gb:2): the offers of every alternative are planned
+and tried in one launch, by price across all of them, or with --gpu-order
+given every offer of the first before the second's. Ctrl-C
 cancels the launch and tears down what it started; a second Ctrl-C exits at
 once and leaves the rest to 'gpuprov recover'.
 
@@ -101,6 +111,7 @@ process next runs 'gpuprov recover' (or a service with the reaper on), even
 if this one is gone. 'gpuprov list' shows the time left.`,
 		Example: `  gpuprov up --gpu h100 --name train-1
   gpuprov up --gpu h100 --count 8 --max-price 25 --provider aws --region us-east-1
+  gpuprov up --gpu h100:1,a100-80gb:2 --gpu-order given --name train-2
   gpuprov up --gpu h100 --nodes 3 --name k --kubeconfig ./k.yaml
   gpuprov up --gpu h100 --count 8 --nodes 4 --placement compact --name train
   gpuprov up --gpu h100 --count 8 --wait --timeout 12h --ttl 8h --max-cost 200`,
@@ -112,8 +123,8 @@ if this one is gone. 'gpuprov list' shows the time left.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.name, "name", "", "VM (or cluster) name; default <gpu>-<random>")
-	fl.StringVar(&f.gpu, "gpu", "", "GPU model or alias (h100, A100-80GB, l4, ...) (required)")
-	fl.IntVar(&f.count, "count", 1, "GPUs per machine")
+	fl.StringVar(&f.gpu, "gpu", "", "GPU model or alias (h100, A100-80GB, l4, ...), or alternatives h100,a100-80gb, each with an optional :COUNT (required)")
+	fl.IntVar(&f.count, "count", 1, "GPUs per machine (with --gpu alternatives: for those without :COUNT)")
 	fl.Float64Var(&f.maxPrice, "max-price", 0, "highest price per machine-hour in USD (default: no limit)")
 	fl.StringVar(&f.spot, "spot", "no", "spot capacity: no, yes (spot only) or any (either, cheapest first)")
 	fl.Lookup("spot").NoOptDefVal = "yes"
@@ -132,6 +143,9 @@ if this one is gone. 'gpuprov list' shows the time left.`,
 	fl.Float64Var(&f.maxCost, "max-cost", 0, "delete the VM once its cost reaches this many USD (default: no cap)")
 	fl.BoolVar(&f.noAccept, "no-accept", false, "skip the GPU acceptance checks: ready once SSH answers")
 	fl.IntVar(&f.dcgm, "dcgm", 0, "also run dcgmi diag -r N (1 or 2) in acceptance, where the machine has DCGM")
+	fl.DurationVar(&f.idleTimeout, "idle-timeout", 0, "delete the VM once its GPUs have been idle this long, as sampled by a process running `gpuprov recover --watch` (see docs/idle.md)")
+	fl.IntVar(&f.idleBelow, "idle-below", 0, "with --idle-timeout: the GPU utilization, in percent, under which a GPU is idle (default 5)")
+	fl.StringVar(&f.busyCmd, "busy-command", "", "with --idle-timeout: a command that exits 0 on the machine while it is busy whatever its GPUs show (never a secret: it is a remote command line)")
 	fl.StringVar(&f.acceptCmd, "accept-command", "", "a command that must exit 0 on the machine before it is ready (never a secret: it is a remote command line)")
 	fl.StringArrayVar(&f.ignore, "accept-ignore", nil, "an acceptance check whose failure only warns (repeatable: "+strings.Join(gpu.Checks, ", ")+")")
 	_ = cmd.RegisterFlagCompletionFunc("gpu", cobra.FixedCompletions(provider.GPUNames(), cobra.ShellCompDirectiveNoFileComp))
@@ -145,14 +159,16 @@ if this one is gone. 'gpuprov list' shows the time left.`,
 // created: a bad flag is exit 2 with nothing on disk and nothing in a cloud.
 func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 	req := gpuprov.Request{
-		Name: f.name, GPU: f.gpu, GPUCount: f.count, MaxPricePerHour: f.maxPrice,
+		Name: f.name, GPUCount: f.count, MaxPricePerHour: f.maxPrice, // GPU or GPUs: f.gpus
 		Providers: f.providers, Regions: f.regions, Timeout: f.timeout,
 		WaitForCapacity: f.wait, TTL: f.ttl, MaxCost: f.maxCost,
 		Acceptance: gpuprov.Acceptance{Skip: f.noAccept, DCGM: f.dcgm, Command: f.acceptCmd, Ignore: f.ignore},
 		Rank:       gpuprov.Rank(f.rank),
+		GPUOrder:   gpuprov.GPUOrder(f.gpuOrder),
 		Reserved:   provider.ReservedPolicy(f.reserved), Reservation: f.reservation, FlexStart: f.flexStart,
 		OnInterruption: gpuprov.InterruptionPolicy(f.onIntr),
-		MinVCPUs:       f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB, SourceRanges: f.allowFrom,
+		IdleTimeout:    f.idleTimeout, IdleBelow: f.idleBelow, BusyCommand: f.busyCmd,
+		MinVCPUs: f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB, SourceRanges: f.allowFrom,
 	}
 	for _, kv := range f.labels {
 		k, v, ok := strings.Cut(kv, "=")
@@ -189,12 +205,20 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 	default:
 		return req, usageErrorf("--spot %q: want no, yes or any", f.spot)
 	}
-	if req.GPU == "" {
-		return req, usageErrorf("--gpu is required (known: %s)", strings.Join(provider.GPUNames(), ", "))
+	if err := f.gpus(&req); err != nil {
+		return req, err
 	}
-	canon, err := provider.CanonicalGPU(req.GPU)
+	if len(req.GPUs) > 0 && f.nodes > 0 {
+		return req, usageErrorf("--gpu %q with --nodes: a cluster's nodes share one GPU model; name one", f.gpu)
+	}
+	first := req.Alternatives()[0]
+	canon, err := provider.CanonicalGPU(first.GPU)
 	if err != nil {
-		return req, &gpuprov.RequestError{Field: "gpu", Problem: err.Error()}
+		field := "gpu"
+		if len(req.GPUs) > 0 {
+			field = "gpus[0]"
+		}
+		return req, &gpuprov.RequestError{Field: field, Problem: err.Error()}
 	}
 	if req.Name == "" {
 		var b [3]byte
@@ -221,6 +245,48 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 	return req, nil
 }
 
+// gpus puts --gpu into req: one GPU (GPU, GPUCount from --count), or
+// alternatives separated by commas (GPUs), each GPU[:COUNT]. One GPU with
+// a count is the single form with that count, which clusters take too.
+func (f *upFlags) gpus(req *gpuprov.Request) error {
+	if strings.TrimSpace(f.gpu) == "" {
+		return usageErrorf("--gpu is required (known: %s)", strings.Join(provider.GPUNames(), ", "))
+	}
+	var alts []gpuprov.GPUChoice
+	for i, part := range strings.Split(f.gpu, ",") {
+		name, count, hasCount := strings.Cut(strings.TrimSpace(part), ":")
+		if name == "" {
+			return usageErrorf("--gpu %q: alternative %d has no GPU; want GPU[:COUNT],GPU[:COUNT],... such as h100:1,a100-80gb:2", f.gpu, i+1)
+		}
+		c := gpuprov.GPUChoice{GPU: name}
+		if hasCount {
+			n, err := strconv.Atoi(count)
+			if err != nil || n < 1 || n > 64 {
+				return usageErrorf("--gpu %q: %q is not a count of %s: want 1 to 64 GPUs, as in %s:2", f.gpu, count, name, name)
+			}
+			c.Count = n
+		}
+		alts = append(alts, c)
+	}
+	if len(alts) == 1 {
+		req.GPU = alts[0].GPU
+		req.GPUCount = cmp.Or(alts[0].Count, req.GPUCount)
+		return nil
+	}
+	req.GPU, req.GPUs = "", alts
+	return nil
+}
+
+// choicesText is a request's GPUs as the CLI prints them, joined by sep:
+// "H100-80GB×1 or A100-80GB×2".
+func choicesText(r gpuprov.Request, sep string) string {
+	var parts []string
+	for _, c := range r.Alternatives() {
+		parts = append(parts, c.String())
+	}
+	return strings.Join(parts, sep)
+}
+
 // addNeedsFlags adds what a job needs of the machine, for up and offers.
 func addNeedsFlags(fl *pflag.FlagSet, f *upFlags) {
 	fl.IntVar(&f.minVCPUs, "min-vcpus", 0, "at least this many vCPUs (default: any)")
@@ -229,6 +295,7 @@ func addNeedsFlags(fl *pflag.FlagSet, f *upFlags) {
 	fl.StringArrayVar(&f.allowFrom, "allow-from", nil, "CIDR that may connect to SSH and the open ports (repeatable; default: each provider's source_ranges, else anywhere)")
 	fl.StringArrayVar(&f.labels, "label", nil, "KEY=VALUE label on every resource of the VM (repeatable; lowercase, at most 63 characters)")
 	fl.StringVar(&f.rank, "rank", "price", "order offers by list price, or by expected-cost of a usable machine (from the journal's history of each offer)")
+	fl.StringVar(&f.gpuOrder, "gpu-order", "price", "with --gpu alternatives: price (every alternative's offers ranked together by --rank) or given (every offer of the first alternative before the second's)")
 	fl.StringVar(&f.reserved, "reserved", "", "capacity the account holds (reservations): empty to use it first where it fits, require to use nothing else, forbid to leave it alone")
 	fl.DurationVar(&f.flexStart, "flex-start", 0, "queue for capacity (GCP flex-start, the sim's flex queue) and run at most this long: the launch waits in the cloud's queue until --timeout")
 	fl.DurationVar(&f.block, "block", 0, "buy a capacity block of this window (AWS Capacity Blocks for ML, the sim's blocks) and launch into it: paid upfront, not refunded; needs --block-max-fee")
@@ -278,6 +345,8 @@ func (f *upFlags) checkNumbers() error {
 		return usageErrorf("--block-max-fee, --block-count and --block-start-within need --block")
 	case typed("block") && f.block <= 0:
 		return usageErrorf("--block %v: want a positive window such as 24h", f.block)
+	case typed("idle-timeout") && f.idleTimeout <= 0:
+		return usageErrorf("--idle-timeout %v: want a positive duration such as 30m (leave the flag out to keep idle machines)", f.idleTimeout)
 	case typed("flex-start") && f.flexStart <= 0:
 		return usageErrorf("--flex-start %v: want a positive run duration such as 4h (leave the flag out to not queue)", f.flexStart)
 	case typed("max-cost") && !(f.maxCost > 0 && !math.IsInf(f.maxCost, 0)):

@@ -357,7 +357,34 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		// group carries provider.SharedLabels only: it is no one VM's);
 		// cluster placement groups (placement.go).
 		DiskSize: true, Labels: true, CompactPlacement: true,
+		Billing: billing,
 	}
+}
+
+// billing is how EC2 bills the instances gpuprov launches: Linux (the
+// default image is the Deep Learning Base OSS Nvidia Driver AMI on Ubuntu,
+// which carries no separate hourly software charge), on demand or Spot,
+// per second with a one-minute minimum. The EC2 User Guide, "Instance
+// lifecycle" (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-lifecycle.html):
+// "As soon as your instance transitions to the running state, you're
+// billed for each second, with a one-minute minimum, that you keep the
+// instance running", and "As soon as the status of an instance changes to
+// shutting-down or terminated, you stop incurring charges for that
+// instance". AWS's announcement of per-second billing
+// (https://aws.amazon.com/about-aws/whats-new/2017/10/announcing-amazon-ec2-per-second-billing/)
+// gives its scope: "Amazon EC2 usage of Linux based instances that are
+// launched in On-Demand, Reserved and Spot form will be billed on one
+// second increments, with a minimum of 60 seconds" ("not currently
+// applicable to instances running Microsoft Windows or Linux
+// distributions that have a separate hourly charge": an AMI of that kind,
+// given as Config.Image, bills by the hour, which this model does not
+// describe). An instance in a Capacity Block is paid for by the block's
+// upfront fee (Offer.Block.UpfrontFee, paid when PurchaseBlock buys it):
+// that fee is counted separately, not by this model.
+var billing = provider.Billing{
+	Increment: time.Second,
+	Minimum:   time.Minute,
+	Source:    "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-lifecycle.html",
 }
 
 // UnknownID returns an instance id that is well formed but names nothing

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
@@ -231,11 +232,39 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		BootTimeout: c.BootTimeout, DeleteTimeout: c.DeleteTimeout, PollInterval: c.PollInterval,
 		ConsistencyWindow: c.ConsistencyWindow, RequestsPerSecond: c.RequestsPerSecond, Burst: c.Burst,
 		DiskSize: true, Labels: true,
+		Billing: billing,
 	}
 	if len(c.Zones) == 0 {
 		caps.Unsupported = []provider.Feature{provider.FeatureZones}
 	}
 	return caps
+}
+
+// billing is how Azure bills a VM's compute, per whole minute: the
+// conservative reading of two Microsoft pages that disagree. The Azure
+// knowledge-center answer "If my virtual machine ran for 6 minutes and 45
+// seconds, how much will I be billed?"
+// (https://azure.microsoft.com/en-us/resources/knowledge-center/if-my-virtual-machine-ran-for-6-minutes-and-45/;
+// read in its nb-no edition, translated: "We charge for the full minutes
+// your virtual machine runs, so you are not billed for any extra seconds.
+// In this example you are billed for 6 minutes.") bills by the minute; the
+// Linux VM pricing page's FAQ, as quoted by others, says billing is
+// charged per second. Neither states a minimum. gpuprov takes the larger
+// unit, a minute, rounded up, so any VM that was created bills at least a
+// minute. (A Microsoft Q&A thread, "Clarification on Azure VM Billing for
+// Short Runtime", quotes a notice that from 1 June 2025 "Microsoft will
+// begin billing for Azure VMs even if they are shut down within 300
+// seconds (5 minutes) of being started"; its accepted answer, not by
+// Microsoft, reads that as a 5-minute minimum, which no Microsoft page
+// seen states: not modelled.) When billing runs, per "States and billing
+// status of Azure Virtual Machines"
+// (https://learn.microsoft.com/en-us/azure/virtual-machines/states-billing):
+// Creating "Not Billed", Starting, Running, Stopping and Stopped
+// "Billed", Deallocating and Deallocated "Not billed".
+var billing = provider.Billing{
+	Increment: time.Minute,
+	Minimum:   time.Minute,
+	Source:    "https://azure.microsoft.com/en-us/resources/knowledge-center/if-my-virtual-machine-ran-for-6-minutes-and-45/",
 }
 
 // UnknownID is a VM id this subscription never had, for the conformance kit.

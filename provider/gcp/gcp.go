@@ -407,7 +407,28 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		// Plan answers a FlexStart request with Flex-start VM offers,
 		// Observe marks a VM waiting for capacity (PENDING) Queued.
 		FlexStart: true,
+		Billing:   billing,
 	}
+}
+
+// billing is how Compute Engine bills a VM's vCPUs, memory and GPUs: per
+// second after a one-minute minimum. "VM instance pricing", Billing model
+// (https://cloud.google.com/compute/vm-instance-pricing): "All vCPUs,
+// GPUs, and GB of memory are charged a minimum of 1 minute. For example,
+// if you run your virtual machine for 30 seconds, you will be billed for 1
+// minute of usage." and "After 1 minute, instances are charged in 1
+// second increments." The GPU pricing page
+// (https://cloud.google.com/compute/gpus-pricing) bills attached GPUs by
+// the same policy as vCPUs and memory. Uptime ends at TERMINATED: "Instance
+// uptime is measured as the number of seconds between when you start an
+// instance and when you stop an instance, the latter being when the
+// instance state is TERMINATED". The page applies the model to "all
+// vCPUs, GPUs, and memory resources"; gpuprov applies it to Spot and
+// Flex-start VMs as well, at their own prices.
+var billing = provider.Billing{
+	Increment: time.Second,
+	Minimum:   time.Minute,
+	Source:    "https://cloud.google.com/compute/vm-instance-pricing",
 }
 
 // UnknownID is an instance id this project never had, for the conformance

@@ -341,6 +341,11 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		ConsistencyWindow: time.Second,
 		RequestsPerSecond: c.RequestsPerSecond, Burst: c.Burst,
 		Labels: true,
+		// A pod bills nothing by itself: the cluster is paid for whatever
+		// runs on it, or nothing, by whoever runs it. gpu_price_per_hour
+		// ranks the cluster among clouds at Plan; it is no charge a launch
+		// adds, so the core counts no cost for a pod.
+		Billing: provider.Billing{Free: true},
 	}
 }
 

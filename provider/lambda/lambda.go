@@ -143,6 +143,7 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		RequestsPerSecond: p.cfg.RequestsPerSecond,
 		Burst:             p.cfg.Burst,
 		Labels:            true, // launch tags; SSH keys and firewall rulesets take none
+		Billing:           billing,
 	}
 	if c.RequestsPerSecond == 0 {
 		c.RequestsPerSecond, c.Burst = 1, 1
@@ -151,6 +152,20 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		c.Unsupported = append(c.Unsupported, provider.FeatureFirewall, provider.FeatureSourceRanges)
 	}
 	return c
+}
+
+// billing is how Lambda bills an On-Demand Cloud instance: by the minute.
+// Lambda's "Billing" page (https://docs.lambda.ai/public-cloud/billing):
+// "ODC prices instances by hourly usage and bills in one-minute
+// increments. Billing begins the moment you launch an instance and the
+// instance passes health checks, and ends the moment you terminate the
+// instance." It states no minimum; a minute's increment, rounded up, bills
+// any instance that was created for at least a minute, which gpuprov takes
+// as the minimum.
+var billing = provider.Billing{
+	Increment: time.Minute,
+	Minimum:   time.Minute,
+	Source:    "https://docs.lambda.ai/public-cloud/billing",
 }
 
 func orDefault(d, def time.Duration) time.Duration {

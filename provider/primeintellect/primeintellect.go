@@ -153,11 +153,32 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		RequestsPerSecond: p.cfg.RequestsPerSecond,
 		Burst:             p.cfg.Burst,
 		DiskSize:          true, // pod.diskSize, up to the offer's disk.maxCount
+		Billing:           billing,
 	}
 	if c.RequestsPerSecond == 0 {
 		c.RequestsPerSecond, c.Burst = 1, 3
 	}
 	return c
+}
+
+// billing is how gpuprov counts a Prime Intellect pod's time: by the whole
+// hour, at least an hour. Prime documents no billing increment or minimum
+// for pods; this is the conservative reading of what it does document, in
+// hours only. The compute API's pod (PodResponse in the OpenAPI document
+// behind https://docs.primeintellect.ai/api-reference/pods/create-pod, as
+// kept in testdata/openapi.json) has "priceHr": "Hourly price for running
+// the pod." and "provisioningPriceHr": "Hourly price during the
+// provisioning process. If empty then `priceHr` is used.", so a pod bills
+// from its creation, provisioning included; an availability item's
+// "prepaidTime" says "you will be pre-charged for the total number of
+// hours specified". (Prime's Hosted Training billing page, a different
+// product, meters "Prorated to the second, no minimum"; pods are not said
+// to follow it.) This likely overstates a short pod's bill; a finer unit
+// needs a Prime page that states it.
+var billing = provider.Billing{
+	Increment: time.Hour,
+	Minimum:   time.Hour,
+	Source:    "https://docs.primeintellect.ai/api-reference/pods/create-pod",
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -120,11 +120,28 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		RequestsPerSecond: p.cfg.RequestsPerSecond,
 		Burst:             p.cfg.Burst,
 		DiskSize:          true, // the container disk; RunPod pods take no labels
+		Billing:           billing,
 	}
 	if c.RequestsPerSecond == 0 {
 		c.RequestsPerSecond, c.Burst = 0.8, 10
 	}
 	return c
+}
+
+// billing is how RunPod bills a pod: by the second, with no minimum.
+// RunPod's Pods "Pricing" page (https://docs.runpod.io/pods/pricing): "All
+// Pods are billed by the second for compute and storage, with no
+// additional fees for data ingress or egress. Every Pod has an hourly cost
+// based on its GPU type or CPU configuration, and your Runpod credits are
+// charged for the Pod every second it is active." Its "Billing overview"
+// (https://docs.runpod.io/accounts-billing/billing) agrees: "All compute
+// and storage charges are billed per second". No minimum is stated. (An
+// older "Billing information" page said credits are "charged every minute
+// the Pod is running": how often the balance is debited, superseded by the
+// pages above.)
+var billing = provider.Billing{
+	Increment: time.Second,
+	Source:    "https://docs.runpod.io/pods/pricing",
 }
 
 func orDefault(d, def time.Duration) time.Duration {

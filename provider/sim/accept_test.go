@@ -42,21 +42,7 @@ func hgxOffers() []simserver.Offer {
 
 func newAcceptEnv(t testing.TB, offers []simserver.Offer, faults []simserver.GPUFault, opts ...gpuprov.Option) *acceptEnv {
 	t.Helper()
-	srv := simserver.NewServer(t, simserver.WithOptions(simserver.Options{StateDir: t.TempDir(),
-		Clouds: []simserver.CloudConfig{{Name: cloudName, Offers: offers, Faults: simserver.Faults{GPUFaults: faults}}}}),
-		simserver.WithTiming(simserver.Timing{}))
-	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	cp, err := sim.New(sim.Config{Endpoint: srv.URL(), Cloud: cloudName, APIKey: srv.APIKey(cloudName),
-		PollInterval: 20 * time.Millisecond, ConsistencyWindow: 200 * time.Millisecond, RequestTimeout: 5 * time.Second,
-		BootTimeout: 20 * time.Second, DeleteTimeout: 20 * time.Second},
-		sim.WithName(cloudName), sim.WithInstallation(db.Installation()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, db, cp := newRealSim(t, offers, simserver.Faults{GPUFaults: faults})
 	key, err := ssh.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +61,29 @@ func newAcceptEnv(t testing.TB, offers []simserver.Offer, faults []simserver.GPU
 	}
 	t.Cleanup(func() { e.p.Close() })
 	return e
+}
+
+// newRealSim starts sim-a with offers and faults on the real clock, its
+// calls and boots instant and its instances reachable over SSH, and opens
+// a journal and an adapter for it with short polls.
+func newRealSim(t testing.TB, offers []simserver.Offer, faults simserver.Faults) (*simserver.Server, *sqlite.DB, *sim.Provider) {
+	t.Helper()
+	srv := simserver.NewServer(t, simserver.WithOptions(simserver.Options{StateDir: t.TempDir(),
+		Clouds: []simserver.CloudConfig{{Name: cloudName, Offers: offers, Faults: faults}}}),
+		simserver.WithTiming(simserver.Timing{}))
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cp, err := sim.New(sim.Config{Endpoint: srv.URL(), Cloud: cloudName, APIKey: srv.APIKey(cloudName),
+		PollInterval: 20 * time.Millisecond, ConsistencyWindow: 200 * time.Millisecond, RequestTimeout: 5 * time.Second,
+		BootTimeout: 20 * time.Second, DeleteTimeout: 20 * time.Second},
+		sim.WithName(cloudName), sim.WithInstallation(db.Installation()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, db, cp
 }
 
 func (e *acceptEnv) creates(t *testing.T, offer string) int {

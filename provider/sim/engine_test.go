@@ -90,9 +90,12 @@ func (e *engineEnv) has(vm, typ string) bool {
 }
 
 // live returns the sim's instances of vm that are not terminated.
-func (e *engineEnv) live(t *testing.T, vm string) []simserver.Instance {
+func (e *engineEnv) live(t *testing.T, vm string) []simserver.Instance { return liveOf(t, e.srv, vm) }
+
+// liveOf returns srv's instances (of sim-a) of vm that are not terminated.
+func liveOf(t *testing.T, srv *simserver.Server, vm string) []simserver.Instance {
 	t.Helper()
-	all, err := e.srv.Instances(cloudName)
+	all, err := srv.Instances(cloudName)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,21 +47,7 @@ func newSpotEnv(t *testing.T) *spotEnv {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed: the instances read their metadata endpoint with it (scripts/test.sh installs it)")
 	}
-	srv := simserver.NewServer(t, simserver.WithOptions(simserver.Options{StateDir: t.TempDir(),
-		Clouds: []simserver.CloudConfig{{Name: cloudName, Offers: spotOffers()}}}),
-		simserver.WithTiming(simserver.Timing{}))
-	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	cp, err := sim.New(sim.Config{Endpoint: srv.URL(), Cloud: cloudName, APIKey: srv.APIKey(cloudName),
-		PollInterval: 20 * time.Millisecond, ConsistencyWindow: 200 * time.Millisecond, RequestTimeout: 5 * time.Second,
-		BootTimeout: 20 * time.Second, DeleteTimeout: 20 * time.Second},
-		sim.WithName(cloudName), sim.WithInstallation(db.Installation()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, db, cp := newRealSim(t, spotOffers(), simserver.Faults{})
 	key, err := ssh.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
@@ -130,19 +116,20 @@ func (e *spotEnv) instance(t *testing.T, id string) simserver.Instance {
 }
 
 // live returns the sim's instances of vm that are not terminated.
-func (e *spotEnv) live(t *testing.T, vm string) []simserver.Instance {
+func (e *spotEnv) live(t *testing.T, vm string) []simserver.Instance { return liveOf(t, e.srv, vm) }
+
+// preemptions is the number of preemptions the offer history counts.
+func (e *spotEnv) preemptions(t *testing.T) int64 {
 	t.Helper()
-	all, err := e.srv.Instances(cloudName)
+	stats, err := e.j.OfferStats(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []simserver.Instance
-	for _, in := range all {
-		if in.Labels[provider.LabelVM] == vm && in.Status != simserver.StatusTerminated {
-			out = append(out, in)
-		}
+	var n int64
+	for _, s := range stats {
+		n += s.Preempted
 	}
-	return out
+	return n
 }
 
 // events returns the journal's events of vm of type typ.
@@ -248,16 +235,8 @@ func TestInterruptionNoticeReplacesBeforeTheReclaim(t *testing.T) {
 			t.Errorf("%d %s events (%+v), want one by the reaper", len(evs), typ, evs)
 		}
 	}
-	stats, err := e.j.OfferStats(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var preempted int64
-	for _, s := range stats {
-		preempted += s.Preempted
-	}
-	if preempted != 1 {
-		t.Errorf("the offer history counts %d preemptions, want 1", preempted)
+	if n := e.preemptions(t); n != 1 {
+		t.Errorf("the offer history counts %d preemptions, want 1", n)
 	}
 	logStory(t, e.j, "train")
 }
@@ -335,16 +314,8 @@ func TestPreemptionWithoutNoticeIsReplacedFromObserve(t *testing.T) {
 		t.Errorf("live instances: %+v, want the replacement only", live)
 	}
 	// Health counted the preemption once; the interruption adds nothing.
-	stats, err := e.j.OfferStats(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var preempted int64
-	for _, s := range stats {
-		preempted += s.Preempted
-	}
-	if preempted != 1 {
-		t.Errorf("the offer history counts %d preemptions, want 1", preempted)
+	if n := e.preemptions(t); n != 1 {
+		t.Errorf("the offer history counts %d preemptions, want 1", n)
 	}
 }
 

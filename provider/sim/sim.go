@@ -231,11 +231,24 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		CompactPlacement:  true, // placement-groups
 		ListAll:           true, // GET instances without a region: every region, by pages
 		FlexStart:         true, // offers with flex_start queue a create with max_run_seconds
+		Billing:           billing,
 	}
 	if p.cfg.NoIdempotencyToken {
 		c.Unsupported = append(c.Unsupported, provider.FeatureIdempotencyToken)
 	}
 	return c
+}
+
+// billing is the simulated cloud's billing model, as
+// docs/clouds/sim.md#billing states it: per second, from the create's
+// acceptance (the instance's created_at) until it is terminated
+// (terminated_at), at least 60 s, at the offer's price: the model of EC2's
+// and Compute Engine's Linux VMs, which the sim stands in for in tests of
+// the core's cost count.
+var billing = provider.Billing{
+	Increment: time.Second,
+	Minimum:   time.Minute,
+	Source:    "docs/clouds/sim.md#billing",
 }
 
 func orDefault(d, def time.Duration) time.Duration {

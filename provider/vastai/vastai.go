@@ -91,11 +91,25 @@ func (p *Provider) Capabilities() provider.Capabilities {
 		RequestsPerSecond: p.cfg.RequestsPerSecond,
 		Burst:             p.cfg.Burst,
 		DiskSize:          true, // "disk" of the create, up to the offer's disk_space
+		Billing:           billing,
 	}
 	if c.RequestsPerSecond == 0 {
 		c.RequestsPerSecond, c.Burst = 1, 3
 	}
 	return c
+}
+
+// billing is how Vast.ai bills an instance: by the second, with no
+// minimum. Vast's "Billing Help" (https://docs.vast.ai/billing-help): "You
+// are charged the base active rental cost for every second your instance
+// is in the active/connected state. You are charged the storage cost
+// (which depends on the size of your storage allocation) for every second
+// your instance exists and is online". No minimum is stated. Storage bills
+// from the instance's creation, the GPU only while it is active: counting
+// the offer's whole price from the create is an upper bound of both.
+var billing = provider.Billing{
+	Increment: time.Second,
+	Source:    "https://docs.vast.ai/billing-help",
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -1,0 +1,95 @@
+package provider
+
+import (
+	"context"
+	"time"
+)
+
+// Persistent volumes (Request.Volumes in the core): storage with its own
+// life, created once, attached to whichever VM of the installation uses it,
+// kept after the VM unless asked. A provider that has them implements
+// VolumeManager; one that does not refuses a request with volumes at plan
+// time.
+
+// VolumeStatus is where a volume is in its life, as the cloud says it.
+type VolumeStatus string
+
+const (
+	VolumeCreating  VolumeStatus = "creating"
+	VolumeAvailable VolumeStatus = "available" // made, attached to nothing
+	VolumeAttached  VolumeStatus = "attached"
+	VolumeDeleting  VolumeStatus = "deleting"
+	VolumeFailed    VolumeStatus = "failed"
+)
+
+// VolumeSpec is what CreateVolume makes.
+type VolumeSpec struct {
+	// Name is the volume's name in the journal (the user's); the cloud
+	// resource is named and labelled from it and the installation, as
+	// every resource of gpuprov is (gpuprov-<name>, LabelInstallation).
+	Name         string
+	Installation string
+	// SizeGB is the volume's size.
+	SizeGB int
+	// Location is where it is made: the zone (block storage) or region
+	// (network file systems) of the offer the first VM that uses it is
+	// planned on; VolumeScope says which.
+	Location Location
+	// UserLabels are the request's labels, as on the VM's resources.
+	UserLabels map[string]string
+	// IdempotencyToken makes a create sent again return the volume the
+	// first one made (or, where the cloud has no token, the adapter finds
+	// it by name and labels).
+	IdempotencyToken string
+}
+
+// Volume is a volume as the cloud has it.
+type Volume struct {
+	ID       string       `json:"id"`
+	Name     string       `json:"name"` // the journal's name, read from the resource's labels
+	Location Location     `json:"location"`
+	SizeGB   int          `json:"size_gb"`
+	Status   VolumeStatus `json:"status"`
+	// AttachedTo is the instance it is attached to, if any.
+	AttachedTo string    `json:"attached_to,omitempty"`
+	Created    time.Time `json:"created,omitzero"`
+}
+
+// VolumeScope is what a volume can attach across.
+type VolumeScope string
+
+const (
+	VolumeZonal    VolumeScope = "zone"   // block storage: EBS, GCP persistent disks, Azure managed disks
+	VolumeRegional VolumeScope = "region" // a data center's network storage: RunPod network volumes, Lambda file systems
+	VolumeCluster  VolumeScope = "cluster"
+)
+
+// VolumeLimits are what a cloud accepts of a volume.
+type VolumeLimits struct {
+	Scope VolumeScope
+	// MinGB and MaxGB bound the size; MaxGB 0: no bound known.
+	MinGB, MaxGB int
+	// AttachAtCreate says a volume is attached by Create
+	// (InstanceSpec.Volumes), not by AttachVolume on a running instance.
+	AttachAtCreate bool
+}
+
+// VolumeManager is implemented by providers with persistent volumes. Every
+// call is idempotent: a create of a name that exists returns it, a delete
+// of a volume that is gone succeeds, an attach of an attached volume to
+// the same instance succeeds. Errors are *Error with the kinds of the
+// contract (a volume attached elsewhere: InvalidRequest; a zone out of
+// volume capacity: Capacity).
+type VolumeManager interface {
+	VolumeLimits() VolumeLimits
+	CreateVolume(ctx context.Context, spec VolumeSpec) (Volume, error)
+	// ObserveVolume returns the volume named name (the journal's name) in
+	// loc, or nil when there is none.
+	ObserveVolume(ctx context.Context, loc Location, name string) (*Volume, error)
+	// AttachVolume attaches volume id to a running instance and returns
+	// the device path the machine sees it at (a by-id path where the cloud
+	// gives one).
+	AttachVolume(ctx context.Context, loc Location, id, instanceID string) (device string, err error)
+	DetachVolume(ctx context.Context, loc Location, id, instanceID string) error
+	DeleteVolume(ctx context.Context, loc Location, id string) error
+}
