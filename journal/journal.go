@@ -16,6 +16,12 @@
 // the executable form of the semantics documented here. Secrets (API keys,
 // tokens, private keys) never go into a journal.
 //
+// Persistent volumes (Volume) are journaled as entities of their own,
+// written in the same Steps as the VMs that use them (Step.Volumes), by a
+// Journal that implements the optional interface Volumes (both backends
+// here do). A Journal without it refuses a Step with Volumes, and the
+// engine refuses requests with volumes on it.
+//
 // Times are the caller's: the engine passes its clock's now and the lease
 // expiry it wants, so tests drive leases with an injected clock. A lease is
 // a length, expiry − now: a backend shared by several machines (PostgreSQL)
@@ -40,12 +46,14 @@ import (
 
 // Errors callers branch on. Backends return them (wrapped, with context).
 var (
-	// ErrNotFound: no VM with that name.
+	// ErrNotFound: no VM (or volume) with that name.
 	ErrNotFound = errors.New("journal: not found")
-	// ErrExists: Create named a VM that exists and is not Deleted or Failed.
+	// ErrExists: Create named a VM that exists and is not Deleted or Failed,
+	// or a volume that exists and is not Deleted.
 	ErrExists = errors.New("journal: VM exists")
 	// ErrConflict: an update's Version did not match the stored one; someone
-	// else wrote the VM since it was read.
+	// else wrote the VM (or volume) since it was read. A volume update that
+	// would attach the volume to a second VM fails with it too.
 	ErrConflict = errors.New("journal: version conflict")
 	// ErrLeaseLost: an update's Owner is not the VM's lease holder any more.
 	// The caller must stop driving the VM and touch nothing of it.
@@ -308,6 +316,13 @@ type Step struct {
 	// Outcomes are added to the per-offer history (OfferHistory), in the
 	// same transaction: a Step whose Update fails counts nothing.
 	Outcomes []Outcome
+	// Volumes are written in order, in the same transaction (see
+	// VolumeWrite): a Step whose Update conflicts writes no volume, and a
+	// volume write that fails fails the whole Step. Only a Journal that
+	// implements Volumes accepts them; any other refuses a Step with
+	// Volumes, writing nothing, with an error wrapping
+	// errors.ErrUnsupported.
+	Volumes []VolumeWrite
 }
 
 // OutcomeKind is what happened to an attempt, as the per-offer history
@@ -402,6 +417,120 @@ type OfferHistory interface {
 type Lift struct {
 	Key    string    `json:"key"`
 	Before time.Time `json:"before"`
+}
+
+// VolumeState is where a persistent volume is in its life, as the journal
+// records it.
+//
+//	creating → available ⇄ attached
+//	    ↘          ↓
+//	     deleting → deleted
+//
+// Creating is journaled before the cloud's create is sent (write-ahead), so
+// a crash between the two leaves a row that Recover can finish or clean
+// up. A volume whose create failed and was cleaned up ends Deleted with its
+// LastError. Deleted is the only end: the name may then be used again.
+type VolumeState string
+
+const (
+	VolumeCreating  VolumeState = "creating"
+	VolumeAvailable VolumeState = "available" // made, attached to nothing
+	VolumeAttached  VolumeState = "attached"
+	VolumeDeleting  VolumeState = "deleting"
+	VolumeDeleted   VolumeState = "deleted"
+)
+
+// Valid reports whether s is one of the volume states.
+func (s VolumeState) Valid() bool {
+	switch s {
+	case VolumeCreating, VolumeAvailable, VolumeAttached, VolumeDeleting, VolumeDeleted:
+		return true
+	}
+	return false
+}
+
+// Volume is one journaled persistent volume: a disk a job's data lives on,
+// with a life of its own. It is created once, attached to whichever VM of
+// the installation uses it, detached, kept after that VM is deleted (Keep)
+// or deleted with it, and deleted.
+type Volume struct {
+	// Name is the user's name, unique among the journal's volumes that are
+	// not Deleted (a Deleted volume's name may be used again, as a VM's).
+	Name string `json:"name"`
+	// ID is unique per incarnation of the name; part of idempotency tokens.
+	ID string `json:"id"`
+	// CloudID is the provider's id of the volume, empty until the create
+	// answered.
+	CloudID  string `json:"cloud_id,omitempty"`
+	Provider string `json:"provider"`
+	Region   string `json:"region,omitempty"`
+	Zone     string `json:"zone,omitempty"`
+	SizeGB   int    `json:"size_gb"`
+	// MountPath is where the VM's machine mounts it.
+	MountPath string `json:"mount_path,omitempty"`
+	// Keep: the volume stays when the VM it is attached to is deleted.
+	Keep  bool        `json:"keep,omitempty"`
+	State VolumeState `json:"state"`
+	// VM is the name of the VM the volume is attached to or being attached
+	// to; empty: none. A volume is never attached to two VMs: see
+	// VolumeWrite.
+	VM string `json:"vm,omitempty"`
+	// Device is the path the attached volume has on the VM's machine.
+	Device string `json:"device,omitempty"`
+	// Token is the create's idempotency token (not a secret).
+	Token     string `json:"token,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+	Version   int64  `json:"version"` // bumped by every write
+
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	EndedAt   time.Time `json:"ended_at,omitzero"` // deleted
+}
+
+// VolumeWrite is one write of a volume in a Step.
+//
+// With Create, it inserts a new volume at Version 1. It fails with
+// ErrExists if a volume of that name exists and is not VolumeDeleted; a
+// Deleted volume of that name is replaced.
+//
+// Otherwise it is a conditional update of the whole row: it fails with
+// ErrNotFound if no volume has the name, and with ErrConflict if the
+// stored Version differs from Volume.Version or the stored ID from
+// Volume.ID (the name was reused since the volume was read). On success
+// the stored and the given Version are both incremented.
+//
+// No volume is attached to two VMs: an update that sets VM to a non-empty
+// name fails with ErrConflict when the stored volume's VM is another
+// non-empty name, whatever the Versions say. To move a volume, a Step
+// detaches it (VM empty) and a later one attaches it. Of launches that
+// race to attach one volume, exactly one succeeds.
+//
+// A write whose Volume has an empty Name or an unknown State fails the
+// Step before anything is written.
+type VolumeWrite struct {
+	Volume Volume `json:"volume"`
+	Create bool   `json:"create,omitempty"`
+}
+
+// VolumeListOptions filters ListVolumes. Zero fields match everything.
+type VolumeListOptions struct {
+	// Live keeps only volumes that are not VolumeDeleted.
+	Live bool
+	// VM keeps only the volumes whose VM is this name.
+	VM string
+}
+
+// Volumes is implemented by a Journal that keeps persistent volumes (both
+// backends here do, from schema version 6). A Journal that does not
+// implement it refuses a Step with Volumes (errors.ErrUnsupported, nothing
+// written), and the engine refuses a request with volumes on it before it
+// journals or sends anything.
+type Volumes interface {
+	// GetVolume returns the volume named name, or ErrNotFound. A Deleted
+	// volume is returned until Prune removes it or a Create replaces it.
+	GetVolume(ctx context.Context, name string) (Volume, error)
+	// ListVolumes returns the volumes matching opts, ordered by name.
+	ListVolumes(ctx context.Context, opts VolumeListOptions) ([]Volume, error)
 }
 
 // ListOptions filters ListVMs. Zero fields match everything.
@@ -573,7 +702,8 @@ const DefaultPruneBatch = 500
 // PruneOptions says what Prune removes.
 type PruneOptions struct {
 	// Before: VMs that ended (StateDeleted or StateFailed) with EndedAt before it lose their row, attempts and events.
-	// A zero Before removes no VM, and neither does a zero EndedAt.
+	// A zero Before removes no VM, and neither does a zero EndedAt. Volumes (Volumes) that are VolumeDeleted with
+	// EndedAt before it lose their row likewise.
 	Before time.Time
 	// Now: blocks whose Until is not after Now are removed. A VM whose lease is live at Now (an Owner and a
 	// LeaseExpiry after Now) is kept; a backend with a LeaseClock judges the lease by its own clock instead.
@@ -593,7 +723,7 @@ func (o PruneOptions) BatchSize() int {
 }
 
 // PruneResult counts what Prune removed.
-type PruneResult struct{ VMs, Attempts, Events, Blocks int }
+type PruneResult struct{ VMs, Attempts, Events, Blocks, Volumes int }
 
 // Pruner is implemented by journals that can remove what is no longer needed (both backends here do).
 //
@@ -602,9 +732,12 @@ type PruneResult struct{ VMs, Attempts, Events, Blocks int }
 // and before opts.Before, and whose lease is not live at opts.Now; then the
 // blocks whose Until is not after opts.Now. It never removes a VM in another
 // state, a VM whose lease is live, or an attempt or event of a VM it keeps.
-// Events that name no VM the journal holds are left alone.
+// Events that name no VM the journal holds are left alone. A Journal that
+// implements Volumes also removes the volumes that are VolumeDeleted with
+// an EndedAt not zero and before opts.Before, after the VMs; it never
+// removes a volume in another state.
 //
-// It works in batches of at most opts.BatchSize() VMs (blocks likewise),
+// It works in batches of at most opts.BatchSize() VMs (volumes and blocks likewise),
 // each its own short, durable transaction that re-checks the conditions
 // above, so Commits, Acquires and reads go on beside it and a VM re-created
 // under a pruned name meanwhile is never touched. It goes on until a batch

@@ -68,6 +68,13 @@
 //   - Pruning (journal.Pruner) is optional: the Prune tests skip a journal
 //     that does not implement it. A VM ending exactly at Before, or with a
 //     zero EndedAt, is kept; a block whose Until is zero is expired.
+//   - Volumes (journal.Volumes) are optional: their tests skip a journal
+//     that does not implement it. A volume update is conditional on the
+//     stored ID as well as the Version (an update of a replaced
+//     incarnation is ErrConflict); a refused volume write leaves the
+//     Step's Versions untouched; a volume whose VM names a VM that Prune
+//     removes keeps its row; a deleted volume with a zero EndedAt, or one
+//     ending exactly at Before, is kept.
 //   - Members (journal.Members) is optional too. Beat answers an entry for
 //     every account it is given, an account listed twice counting once; a
 //     caller whose own row is not live (its expiry not after its now) does
@@ -146,6 +153,14 @@ func RunOpener(t *testing.T, o Opener) {
 		{"OfferHistoryPrune", false, testOfferHistoryPrune},
 		{"OfferHistoryKillable", false, testOfferHistoryKillable},
 		{"OfferHistoryReopen", true, testOfferHistoryReopen},
+		{"VolumeCreateGet", false, testVolumeCreateGet},
+		{"VolumeCreateExists", false, testVolumeCreateExists},
+		{"VolumeUpdate", false, testVolumeUpdate},
+		{"VolumeAttachOnce", false, testVolumeAttachOnce},
+		{"VolumeStepAtomicity", false, testVolumeStepAtomicity},
+		{"VolumeList", false, testVolumeList},
+		{"VolumeConcurrentAttach", false, testVolumeConcurrentAttach},
+		{"VolumePrune", false, testVolumePrune},
 		{"Reopen", true, testReopen},
 		{"TwoHandles", true, testTwoHandles},
 		{"MembersTwoHandles", true, testMembersTwoHandles},

@@ -115,11 +115,16 @@ const commitTimeout = 30 * time.Second
 // Commit applies s atomically and durably, in one transaction: all of it is
 // committed when Commit returns nil, and none of it when it returns an
 // error (but see below for a failed COMMIT). The parts run in the order
-// Create, Update, Attempts, Blocks, Lifts, Events, so a Step may create a
-// VM and write its first attempt. Beyond journal.Step:
+// Create, Update, Volumes, Attempts, Blocks, Lifts, Outcomes, Events, so a
+// Step may create a VM and write its first attempt. Beyond journal.Step:
 //
 //   - An Update of an unknown VM fails with journal.ErrNotFound; two Creates
-//     of one new name racing from two processes: one gets journal.ErrExists.
+//     of one new name racing from two processes: one gets journal.ErrExists
+//     (the same for volumes).
+//   - Volume updates racing from several replicas serialize on the
+//     volume's row lock, and each re-checks its Version and the one-VM
+//     rule (journal.VolumeWrite) against the row the winner wrote: of
+//     attaches of one volume to different VMs, one succeeds.
 //   - An Attempt of a VM the journal does not hold (after the Step's Create)
 //     fails the Step with journal.ErrNotFound.
 //   - A Block replaces the stored one of its Key unless its Until is earlier.
@@ -130,8 +135,9 @@ const commitTimeout = 30 * time.Second
 // CreatedAt from the database's clock (see journal.LeaseClock; a zero
 // CreatedAt is refused), and Commit sets Create.LeaseExpiry to the expiry
 // stored. The fields Commit sets in s (Create.Version, that
-// Create.LeaseExpiry, Update.Version, Update.LeaseExpiry, Events[i].Seq) are
-// set only when it returns nil.
+// Create.LeaseExpiry, Update.Version, Update.LeaseExpiry,
+// Volumes[i].Volume.Version, Events[i].Seq) are set only when it returns
+// nil.
 //
 // ctx bounds every statement but the COMMIT itself, which runs detached
 // from ctx (for up to 30s): a caller that gives up while the commit is in

@@ -69,6 +69,16 @@
 //     its offers' rows in key order, so two never deadlock on them.
 //     OfferStats reads both tables in one statement (one snapshot). Prune
 //     leaves both alone.
+//   - Volumes (journal.Volumes, schema version 6): one row per volume name
+//     in gpuprov_volumes. A volume update is one conditional UPDATE (its ID,
+//     its Version, and no move from one VM to another: journal.VolumeWrite);
+//     replicas updating one volume at once serialize on its row lock and
+//     each re-checks the condition against the row the other wrote, so of
+//     attaches of one volume to different VMs exactly one succeeds. A
+//     Create locks a deleted row it replaces (FOR UPDATE); two Creates of a
+//     new name: one gets journal.ErrExists from the primary key. Prune
+//     removes the volumes deleted before its Before in batches of their own
+//     (one DELETE each, FOR UPDATE SKIP LOCKED), after the VMs'.
 //
 // # Databases it refuses
 //

@@ -15,7 +15,9 @@ import (
 // the index gpuprov_vms_state_ended, skipping rows another transaction
 // holds (a Create replacing the VM, an Acquire): those are left for the
 // next Prune. The deletes go through gpuprov_events_vm, the attempts'
-// primary key, the VMs' primary key and gpuprov_blocks_until.
+// primary key, the VMs' primary key and gpuprov_blocks_until. Volumes go
+// in batches of their own, after the VMs': a volume's row does not depend
+// on a VM's.
 const (
 	prunePick = `SELECT name FROM ` + vmsTable + `
 		WHERE state IN ('` + string(journal.StateDeleted) + `', '` + string(journal.StateFailed) + `') AND ended_at < $1
@@ -26,6 +28,11 @@ const (
 	pruneRows     = "DELETE FROM " + vmsTable + " WHERE name = ANY($1)"
 	pruneBlocks   = `DELETE FROM ` + blocksTable + ` WHERE key IN (SELECT key FROM ` + blocksTable + `
 		WHERE until IS NULL OR until <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	// pruneVolumes removes one batch of the volumes deleted before $1,
+	// found through gpuprov_volumes_state_ended, skipping rows another
+	// transaction holds (a Create replacing the volume).
+	pruneVolumes = `DELETE FROM ` + volumesTable + ` WHERE name IN (SELECT name FROM ` + volumesTable + `
+		WHERE state = '` + string(journal.VolumeDeleted) + `' AND ended_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
 )
 
 var _ journal.Pruner = (*DB)(nil)
@@ -48,12 +55,20 @@ func (d *DB) Prune(ctx context.Context, opts journal.PruneOptions) (journal.Prun
 	return rowcodec.Prune(ctx, opts, func(ctx context.Context, batch int, res *journal.PruneResult) (int, error) {
 		return d.pruneVMBatch(ctx, opts, batch, res)
 	}, func(ctx context.Context, batch int) (int, error) {
-		tag, err := d.pool.Exec(ctx, pruneBlocks, rowcodec.CmpTime(opts.Now), batch)
-		if err != nil {
-			return 0, err
-		}
-		return int(tag.RowsAffected()), nil
+		return d.pruneExec(ctx, pruneVolumes, rowcodec.CmpTime(opts.Before), batch)
+	}, func(ctx context.Context, batch int) (int, error) {
+		return d.pruneExec(ctx, pruneBlocks, rowcodec.CmpTime(opts.Now), batch)
 	}, d.errorf)
+}
+
+// pruneExec runs one batch's DELETE as one statement (its own transaction)
+// and returns the number of rows it removed.
+func (d *DB) pruneExec(ctx context.Context, q string, args ...any) (int, error) {
+	tag, err := d.pool.Exec(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // pruneVMBatch removes one batch of at most batch VMs, with their attempts

@@ -110,6 +110,7 @@ func TestPruneQueriesCanUseIndexes(t *testing.T) {
 		{pruneAttempts, []any{names}, "gpuprov_attempts_pkey"},
 		{pruneRows, []any{names}, "gpuprov_vms_pkey"},
 		{pruneBlocks, []any{int64(1), 2}, "gpuprov_blocks_until"},
+		{pruneVolumes, []any{int64(1), 2}, "gpuprov_volumes_state_ended"},
 	} {
 		rows, err := conn.Query(ctx, "EXPLAIN "+q.sql, q.args...)
 		if err != nil {
@@ -167,7 +168,7 @@ func TestMigrateVersion3JournalForMembers(t *testing.T) {
 }
 
 // TestMigrateVersion4JournalForOfferHistory: a journal written by schema
-// version 4 opens at version 5; its attempts read back with no host and no
+// version 4 opens at the current version; its attempts read back with no host and no
 // acceptance, and outcomes can be counted at once.
 func TestMigrateVersion4JournalForOfferHistory(t *testing.T) {
 	ctx := context.Background()
@@ -192,8 +193,8 @@ func TestMigrateVersion4JournalForOfferHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if v, err := classify(ctx, j.pool); err != nil || v != 5 || schemaVersion != 5 {
-		t.Errorf("schema version after Open: %d, %v; want 5", v, err)
+	if v, err := classify(ctx, j.pool); err != nil || v != schemaVersion {
+		t.Errorf("schema version after Open: %d, %v; want %d", v, err, schemaVersion)
 	}
 	as, err := j.Attempts(ctx, "old-1")
 	if err != nil || len(as) != 1 || as[0].Host != "" || as[0].Acceptance != nil || as[0].OfferKey != "sim|r|r-a|t|od" {
@@ -214,5 +215,58 @@ func TestMigrateVersion4JournalForOfferHistory(t *testing.T) {
 	}
 	if st, err := j.OfferStats(ctx); err != nil || st["sim|r|r-a|t|od"].Created != 1 {
 		t.Errorf("history on the migrated journal: %v, %v", st, err)
+	}
+}
+
+// TestMigrateVersion5JournalForVolumes: a journal written by schema version
+// 5 (before journal.Volumes) opens at version 6 with gpuprov_volumes, keeps
+// its VMs, and a Step can create a volume and attach it to one of them.
+func TestMigrateVersion5JournalForVolumes(t *testing.T) {
+	ctx := context.Background()
+	srv := pgtest.Require(t)
+	u := srv.NewSchema(t)
+	err := srv.ExecURL(ctx, u,
+		"CREATE TABLE "+metaTable+" (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+		"CREATE TABLE "+versionTable+" (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)",
+		"INSERT INTO "+versionTable+" VALUES (0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (5, 1)",
+		"INSERT INTO "+metaTable+" VALUES ('installation', 'feedc0de00000005')",
+		migrations[0], migrations[1], migrations[2], migrations[3], migrations[4],
+		`INSERT INTO gpuprov_vms (name, id, cluster, state, phase, attempt, provider, region, zone, price_per_hour,
+			instance_id, ssh_host, ssh_port, ssh_user, host_key, last_error, last_error_kind, owner, lease_expiry, version)
+		VALUES ('old-1', 'x1', '', 'ready', '', 1, 'sim', 'r', 'r-a', 2.5, 'i-1', '', 0, '', '', '', '', '', NULL, 3)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if v, err := classify(ctx, j.pool); err != nil || v != 6 || schemaVersion != 6 {
+		t.Errorf("schema version after Open: %d, %v; want 6", v, err)
+	}
+	if j.Installation() != "feedc0de00000005" {
+		t.Errorf("installation %q after migration, want feedc0de00000005", j.Installation())
+	}
+	if vs, err := j.ListVolumes(ctx, journal.VolumeListOptions{}); err != nil || len(vs) != 0 {
+		t.Fatalf("volumes of the migrated journal: %v, %v; want none", vs, err)
+	}
+	old, err := j.GetVM(ctx, "old-1")
+	if err != nil || old.Version != 3 || old.InstanceID != "i-1" {
+		t.Fatalf("old VM after migration: %+v, %v; want it as written", old, err)
+	}
+	now := time.Unix(1e9, 0)
+	vol := journal.Volume{Name: "data", ID: "v1", Provider: "sim", Zone: "r-a", SizeGB: 100, State: journal.VolumeCreating, CreatedAt: now}
+	if err := j.Commit(ctx, &journal.Step{Volumes: []journal.VolumeWrite{{Volume: vol, Create: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	vol.Version, vol.State, vol.VM, vol.CloudID = 1, journal.VolumeAttached, "old-1", "disk-1"
+	old.Phase = "attached"
+	if err := j.Commit(ctx, &journal.Step{Update: &old, Volumes: []journal.VolumeWrite{{Volume: vol}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := j.ListVolumes(ctx, journal.VolumeListOptions{VM: "old-1", Live: true}); err != nil || len(got) != 1 ||
+		got[0].CloudID != "disk-1" || got[0].Version != 2 {
+		t.Errorf("the old VM's volumes: %+v, %v; want data at Version 2", got, err)
 	}
 }

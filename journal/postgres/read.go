@@ -98,3 +98,30 @@ func (d *DB) OfferStats(ctx context.Context) (map[string]journal.OfferStats, err
 	}
 	return offerstat.Merge(rows), nil
 }
+
+var _ journal.Volumes = (*DB)(nil)
+
+// GetVolume implements journal.Volumes: the volume named name, or an error
+// wrapping journal.ErrNotFound.
+func (d *DB) GetVolume(ctx context.Context, name string) (journal.Volume, error) {
+	v, err := codec.ScanVolume(d.pool.QueryRow(ctx, sqlStmts.GetVolume, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return journal.Volume{}, d.errorf("volume %s: %w", name, journal.ErrNotFound)
+	}
+	if err != nil {
+		return journal.Volume{}, d.errorf("get volume %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// ListVolumes implements journal.Volumes: the volumes matching opts,
+// ordered by name (byte order, COLLATE "C"). No match is an empty result,
+// not an error.
+func (d *DB) ListVolumes(ctx context.Context, opts journal.VolumeListOptions) ([]journal.Volume, error) {
+	q, args := sqlStmts.ListVolumes(opts)
+	vs, err := query(ctx, d, q, args, codec.ScanVolume)
+	if err != nil {
+		return nil, d.errorf("list volumes: %w", err)
+	}
+	return vs, nil
+}

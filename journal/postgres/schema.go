@@ -25,6 +25,7 @@ const (
 	seqTable      = "gpuprov_event_seq"
 	blocksTable   = "gpuprov_blocks"
 	membersTable  = "gpuprov_members"
+	volumesTable  = "gpuprov_volumes"
 )
 
 // migrateLock is the key of the transaction-scoped advisory lock
@@ -171,6 +172,31 @@ var migrations = schema.Migrations{
 		n         BIGINT NOT NULL,
 		PRIMARY KEY (offer_key, bucket)
 	);`,
+	// 6: persistent volumes (journal.Volumes): one row per volume name, a
+	// deleted one replaced when its name is used again; Prune finds the
+	// deleted ones by (state, ended_at), ListVolumes a VM's by vm.
+	`CREATE TABLE gpuprov_volumes (
+		name       TEXT PRIMARY KEY,
+		id         TEXT NOT NULL,
+		cloud_id   TEXT NOT NULL,
+		provider   TEXT NOT NULL,
+		region     TEXT NOT NULL,
+		zone       TEXT NOT NULL,
+		size_gb    INTEGER NOT NULL,
+		mount_path TEXT NOT NULL,
+		keep       BOOLEAN NOT NULL,
+		state      TEXT NOT NULL,
+		vm         TEXT NOT NULL,
+		device     TEXT NOT NULL,
+		token      TEXT NOT NULL,
+		last_error TEXT NOT NULL,
+		version    BIGINT NOT NULL,
+		created_at BIGINT,
+		updated_at BIGINT,
+		ended_at   BIGINT
+	);
+	CREATE INDEX gpuprov_volumes_state_ended ON gpuprov_volumes (state, ended_at);
+	CREATE INDEX gpuprov_volumes_vm ON gpuprov_volumes (vm);`,
 }
 
 // schemaVersion is the schema version this package writes and the newest it

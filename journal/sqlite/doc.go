@@ -56,6 +56,16 @@
 // Step whose Outcomes report it. OfferStats reads both in one statement.
 // Prune leaves both alone.
 //
+// # Volumes
+//
+// The backend implements journal.Volumes (schema version 6): one row per
+// volume name in the volumes table, written by a Step's Volumes in its
+// transaction. A volume update is one conditional UPDATE (its ID, its
+// Version, and no move from one VM to another: journal.VolumeWrite), and
+// writers are serialized, so of attaches of one volume to different VMs
+// exactly one succeeds. Prune removes the volumes deleted before its
+// Before in batches of their own (one DELETE each), after the VMs'.
+//
 // # Files
 //
 // A new database file is created with mode 0600 before SQLite opens it;

@@ -12,6 +12,8 @@ import (
 // SQL of Prune. pruneVMs picks one batch of prunable VMs through the index
 // vms_state_ended; the deletes go through events_vm, the attempts' primary
 // key and the VMs' primary key, and pruneBlocks through blocks_until.
+// Volumes go in batches of their own, after the VMs': a volume's row does
+// not depend on a VM's.
 var (
 	pruneVMs = `SELECT name FROM vms
 		WHERE state IN ('` + string(journal.StateDeleted) + `', '` + string(journal.StateFailed) + `') AND ended_at < ?1
@@ -21,6 +23,10 @@ var (
 	pruneAttempts = "DELETE FROM attempts WHERE vm IN (SELECT value FROM json_each(?))"
 	pruneRows     = "DELETE FROM vms WHERE name IN (SELECT value FROM json_each(?))"
 	pruneBlocks   = "DELETE FROM blocks WHERE key IN (SELECT key FROM blocks WHERE until IS NULL OR until <= ? LIMIT ?)"
+	// pruneVolumes removes one batch of the volumes deleted before ?1,
+	// found through volumes_state_ended.
+	pruneVolumes = `DELETE FROM volumes WHERE name IN (SELECT name FROM volumes
+		WHERE state = '` + string(journal.VolumeDeleted) + `' AND ended_at < ?1 LIMIT ?2)`
 )
 
 var _ journal.Pruner = (*DB)(nil)
@@ -42,16 +48,24 @@ func (d *DB) Prune(ctx context.Context, opts journal.PruneOptions) (journal.Prun
 	return rowcodec.Prune(ctx, opts, func(ctx context.Context, batch int, res *journal.PruneResult) (int, error) {
 		return d.pruneVMBatch(ctx, opts, batch, res)
 	}, func(ctx context.Context, batch int) (int, error) {
-		var n int64
-		err := d.writeTx(ctx, func(tx *sql.Tx) error {
-			r, err := tx.ExecContext(ctx, pruneBlocks, rowcodec.CmpTime(opts.Now), batch)
-			if err == nil {
-				n, err = r.RowsAffected()
-			}
-			return err
-		})
-		return int(n), err
+		return d.pruneExec(ctx, pruneVolumes, rowcodec.CmpTime(opts.Before), batch)
+	}, func(ctx context.Context, batch int) (int, error) {
+		return d.pruneExec(ctx, pruneBlocks, rowcodec.CmpTime(opts.Now), batch)
 	}, d.errorf)
+}
+
+// pruneExec runs one batch's DELETE in its own write transaction and
+// returns the number of rows it removed.
+func (d *DB) pruneExec(ctx context.Context, q string, args ...any) (int, error) {
+	var n int64
+	err := d.writeTx(ctx, func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, q, args...)
+		if err == nil {
+			n, err = r.RowsAffected()
+		}
+		return err
+	})
+	return int(n), err
 }
 
 // pruneVMBatch removes one batch of at most batch VMs, with their attempts

@@ -94,6 +94,7 @@ func TestPruneQueriesUseIndexes(t *testing.T) {
 		{pruneAttempts, []any{"[]"}, "sqlite_autoindex_attempts_1"},
 		{pruneRows, []any{"[]"}, "sqlite_autoindex_vms_1"},
 		{pruneBlocks, []any{1, 2}, "blocks_until"},
+		{pruneVolumes, []any{1, 2}, "volumes_state_ended"},
 	} {
 		rows, err := d.db.Query("EXPLAIN QUERY PLAN "+q.sql, q.args...)
 		if err != nil {

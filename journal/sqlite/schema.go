@@ -145,6 +145,31 @@ var migrations = schema.Migrations{
 		n         INTEGER NOT NULL,
 		PRIMARY KEY (offer_key, bucket)
 	) STRICT;`,
+	// 6: persistent volumes (journal.Volumes): one row per volume name, a
+	// deleted one replaced when its name is used again; Prune finds the
+	// deleted ones by (state, ended_at), ListVolumes a VM's by vm.
+	`CREATE TABLE volumes (
+		name       TEXT PRIMARY KEY,
+		id         TEXT NOT NULL,
+		cloud_id   TEXT NOT NULL,
+		provider   TEXT NOT NULL,
+		region     TEXT NOT NULL,
+		zone       TEXT NOT NULL,
+		size_gb    INTEGER NOT NULL,
+		mount_path TEXT NOT NULL,
+		keep       INTEGER NOT NULL,
+		state      TEXT NOT NULL,
+		vm         TEXT NOT NULL,
+		device     TEXT NOT NULL,
+		token      TEXT NOT NULL,
+		last_error TEXT NOT NULL,
+		version    INTEGER NOT NULL,
+		created_at INTEGER,
+		updated_at INTEGER,
+		ended_at   INTEGER
+	) STRICT;
+	CREATE INDEX volumes_state_ended ON volumes (state, ended_at);
+	CREATE INDEX volumes_vm ON volumes (vm);`,
 }
 
 // schemaVersion is the schema version this package writes and the newest it

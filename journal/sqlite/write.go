@@ -36,8 +36,8 @@ const (
 // Commit applies s atomically and durably: all of it is on disk when Commit
 // returns nil, and none of it when it returns an error. See journal.Step
 // for the meaning of each part. The parts run in the order Create, Update,
-// Attempts, Blocks, Lifts, Events, so a Step may create a VM and write its
-// first attempt. Beyond journal.Step:
+// Volumes, Attempts, Blocks, Lifts, Outcomes, Events, so a Step may create
+// a VM and write its first attempt. Beyond journal.Step:
 //
 //   - An Update of an unknown VM fails with journal.ErrNotFound.
 //   - An Attempt of a VM the journal does not hold (after the Step's Create)
@@ -47,7 +47,8 @@ const (
 //     storable range, fails the Step before anything is written.
 //
 // The fields Commit sets in s (Create.Version, Update.Version,
-// Update.LeaseExpiry, Events[i].Seq) are set only when it returns nil.
+// Update.LeaseExpiry, Volumes[i].Volume.Version, Events[i].Seq) are set
+// only when it returns nil.
 //
 // Concurrent Commits are grouped: one writer goroutine commits the Steps
 // waiting for it in one transaction (one sync to disk), each Step inside its

@@ -1,4 +1,4 @@
-// Package rowcodec turns journal records (VM, Attempt, Event, Block) into
+// Package rowcodec turns journal records (VM, Attempt, Event, Block, Volume) into
 // the column values of the tables both SQL backends share, and back. It is
 // the one place that knows the column lists and how a field is stored, so a
 // new column is added here once; each backend keeps only its dialect: the
@@ -63,6 +63,13 @@ const (
 	// BlockCols are every column of a block row: the values of
 	// Codec.BlockArgs.
 	BlockCols = `key, scope, provider, error_kind, reason, until, created_at`
+	// VolumeCols are every column of a volume row: VolumeWriteCols, then
+	// version.
+	VolumeCols = VolumeWriteCols + `, version`
+	// VolumeWriteCols are the values of Codec.VolumeArgs: every column of
+	// a volume row but version, name first.
+	VolumeWriteCols = `name, id, cloud_id, provider, region, zone, size_gb, mount_path, keep, state, vm,
+		device, token, last_error, created_at, updated_at, ended_at`
 )
 
 // VMWriteCols are the values of Codec.VMArgs: every VM column but the lease
@@ -235,6 +242,29 @@ func (Codec) BlockArgs(b *journal.Block) ([]any, error) {
 	return args, c.err
 }
 
+// ScanVolume reads a row of VolumeCols.
+func (Codec) ScanVolume(s Scanner) (journal.Volume, error) {
+	var (
+		v                       journal.Volume
+		state                   string
+		created, updated, ended *int64
+	)
+	err := s.Scan(&v.Name, &v.ID, &v.CloudID, &v.Provider, &v.Region, &v.Zone, &v.SizeGB, &v.MountPath,
+		&v.Keep, &state, &v.VM, &v.Device, &v.Token, &v.LastError, &created, &updated, &ended, &v.Version)
+	v.State = journal.VolumeState(state)
+	v.CreatedAt, v.UpdatedAt, v.EndedAt = GoTime(created), GoTime(updated), GoTime(ended)
+	return v, err
+}
+
+// VolumeArgs returns the values of VolumeWriteCols for v.
+func (Codec) VolumeArgs(v *journal.Volume) ([]any, error) {
+	var c conv
+	args := []any{v.Name, v.ID, v.CloudID, v.Provider, v.Region, v.Zone, v.SizeGB, v.MountPath, v.Keep,
+		string(v.State), v.VM, v.Device, v.Token, v.LastError, c.time("Volume.CreatedAt", v.CreatedAt),
+		c.time("Volume.UpdatedAt", v.UpdatedAt), c.time("Volume.EndedAt", v.EndedAt)}
+	return args, c.err
+}
+
 // The range of times a unix-nanosecond integer can hold.
 var (
 	minTime = time.Unix(0, math.MinInt64)
@@ -319,18 +349,21 @@ func (c *conv) keep(err error) {
 }
 
 // Prune runs the batches of a journal.Pruner.Prune: VM batches while one
-// removes a full batch, then block batches likewise, checking ctx before
-// each. vms removes one batch and adds what it removed to res; blocks
-// removes one batch of expired blocks and returns how many. errorf wraps
-// an error with the backend's prefix.
+// removes a full batch, then volume batches likewise, then block batches,
+// checking ctx before each. vms removes one batch and adds what it removed
+// to res; volumes removes one batch of volumes deleted before opts.Before,
+// and blocks one batch of expired blocks, and each returns how many.
+// errorf wraps an error with the backend's prefix.
 func Prune(ctx context.Context, opts journal.PruneOptions,
 	vms func(ctx context.Context, batch int, res *journal.PruneResult) (int, error),
+	volumes func(ctx context.Context, batch int) (int, error),
 	blocks func(ctx context.Context, batch int) (int, error),
 	errorf func(format string, a ...any) error,
 ) (journal.PruneResult, error) {
 	var res journal.PruneResult
 	batch := opts.BatchSize()
 	if !opts.Before.IsZero() {
+		before := opts.Before.UTC().Format("2006-01-02T15:04:05Z")
 		for {
 			if err := ctx.Err(); err != nil {
 				return res, errorf("prune: %w", err)
@@ -338,8 +371,22 @@ func Prune(ctx context.Context, opts journal.PruneOptions,
 			n, err := vms(ctx, batch, &res)
 			if err != nil {
 				err = withCause(ctx, err)
-				return res, errorf("prune VMs ended before %s: %w", opts.Before.UTC().Format("2006-01-02T15:04:05Z"), err)
+				return res, errorf("prune VMs ended before %s: %w", before, err)
 			}
+			if n < batch {
+				break
+			}
+		}
+		for {
+			if err := ctx.Err(); err != nil {
+				return res, errorf("prune: %w", err)
+			}
+			n, err := volumes(ctx, batch)
+			if err != nil {
+				err = withCause(ctx, err)
+				return res, errorf("prune volumes deleted before %s: %w", before, err)
+			}
+			res.Volumes += n
 			if n < batch {
 				break
 			}

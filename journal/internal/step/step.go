@@ -1,7 +1,7 @@
 // Package step runs a journal.Step on a SQL database, the same way in both
 // backends: it checks and converts the whole Step before any database work
 // (so a Step with a bad field fails without touching the store), runs its
-// Create, Update, Attempts, Blocks and Lifts in the backend's transaction
+// Create, Update, Volumes, Attempts, Blocks, Lifts and Outcomes in the backend's transaction
 // with the statements of package stmt, and, once the backend has committed,
 // writes into the Step what the transaction produced. The backend keeps its
 // transaction, its event log (SQLite's autoincrement, PostgreSQL's counter
@@ -55,6 +55,7 @@ type Prepared struct {
 	Events [][]any
 
 	create, update   []any
+	volumes          [][]any // per Step.Volumes: InsertVolume's or UpdateVolume's arguments
 	attempts, blocks [][]any
 	outcomes         []offerstat.Increment
 	granted          bool // Create's lease is granted by the backend's clock
@@ -66,6 +67,7 @@ type Result struct {
 	Version  int64     // Update's new version
 	Lease    time.Time // Update's stored lease expiry
 	Released bool      // Update's lease was freed (Step.ReleaseLease)
+	Volumes  []int64   // each Step.Volumes' new version, in order
 	Seqs     []int64   // the Events' Seq, in order; the backend sets them
 }
 
@@ -93,6 +95,24 @@ func (r *Runner) Prepare(s *journal.Step) (*Prepared, error) {
 			return nil, fmt.Errorf("update VM %s: %w", v.Name, err)
 		}
 		p.update = append(args[1:], v.Name, v.Owner, v.Version, s.ReleaseLease)
+	}
+	for i := range s.Volumes {
+		w := &s.Volumes[i]
+		v := &w.Volume
+		if v.Name == "" {
+			return nil, fmt.Errorf("volume write %d: empty Name", i)
+		}
+		if !v.State.Valid() {
+			return nil, fmt.Errorf("volume %s: unknown state %q", v.Name, v.State)
+		}
+		args, err := r.Codec.VolumeArgs(v)
+		if err != nil {
+			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+		}
+		if !w.Create {
+			args = append(args[1:], v.Name, v.ID, v.Version)
+		}
+		p.volumes = append(p.volumes, args)
 	}
 	for i := range s.Attempts {
 		a := &s.Attempts[i]
@@ -141,11 +161,12 @@ func lengthArgs(v *journal.VM, args []any) ([]any, bool, error) {
 
 // Empty reports whether the Step writes nothing.
 func (p *Prepared) Empty() bool {
-	return p.create == nil && p.update == nil && len(p.attempts)+len(p.Events)+len(p.blocks)+len(p.Step.Lifts)+len(p.outcomes) == 0
+	return p.create == nil && p.update == nil &&
+		len(p.volumes)+len(p.attempts)+len(p.Events)+len(p.blocks)+len(p.Step.Lifts)+len(p.outcomes) == 0
 }
 
-// Apply runs the Step's Create, Update, Attempts, Blocks, Lifts and Outcomes, in that
-// order, in tx; the backend appends the Events. On error the backend must
+// Apply runs the Step's Create, Update, Volumes, Attempts, Blocks, Lifts and
+// Outcomes, in that order, in tx; the backend appends the Events. On error the backend must
 // roll back what ran.
 func (r *Runner) Apply(tx Tx, p *Prepared) (Result, error) {
 	var res Result
@@ -161,6 +182,20 @@ func (r *Runner) Apply(tx Tx, p *Prepared) (Result, error) {
 			return res, err
 		}
 		res.Released = p.Step.ReleaseLease
+	}
+	for i, args := range p.volumes {
+		w := &p.Step.Volumes[i]
+		version := int64(1)
+		var err error
+		if w.Create {
+			err = r.createVolume(tx, w.Volume.Name, args)
+		} else {
+			version, err = r.updateVolume(tx, &w.Volume, args)
+		}
+		if err != nil {
+			return res, err
+		}
+		res.Volumes = append(res.Volumes, version)
 	}
 	checked := map[string]bool{}
 	for i, args := range p.attempts {
@@ -206,7 +241,7 @@ func (r *Runner) Apply(tx Tx, p *Prepared) (Result, error) {
 // WriteBack sets in the Step what its committed transaction produced:
 // Create.Version (and Create.LeaseExpiry, when the backend granted the lease
 // by its clock), Update.Version, Update.LeaseExpiry (and Update.Owner, when
-// the lease was freed), and the Events' Seq.
+// the lease was freed), each Volumes' Version, and the Events' Seq.
 func (p *Prepared) WriteBack(r Result) {
 	if v := p.Step.Create; v != nil {
 		v.Version = 1
@@ -221,8 +256,63 @@ func (p *Prepared) WriteBack(r Result) {
 			v.Owner = ""
 		}
 	}
+	for i, version := range r.Volumes {
+		p.Step.Volumes[i].Volume.Version = version
+	}
 	for i, seq := range r.Seqs {
 		p.Step.Events[i].Seq = seq
+	}
+}
+
+// createVolume inserts a volume, replacing a deleted one of that name.
+func (r *Runner) createVolume(tx Tx, name string, args []any) error {
+	var state string
+	err := tx.QueryRow(r.SQL.VolumeState, name).Scan(&state)
+	switch {
+	case err == nil && journal.VolumeState(state) != journal.VolumeDeleted:
+		return fmt.Errorf("create volume %s: %w (it is %s)", name, journal.ErrExists, state)
+	case err == nil:
+		if err := tx.Exec(r.SQL.DeleteVolume, name); err != nil {
+			return fmt.Errorf("create volume %s: remove the deleted volume: %w", name, err)
+		}
+	case !errors.Is(err, r.NoRows):
+		return fmt.Errorf("create volume %s: %w", name, err)
+	}
+	if err := tx.Exec(r.SQL.InsertVolume, args...); err != nil {
+		if r.Duplicate != nil && r.Duplicate(err) {
+			return fmt.Errorf("create volume %s: %w (created concurrently by another writer)", name, journal.ErrExists)
+		}
+		return fmt.Errorf("create volume %s: %w", name, err)
+	}
+	return nil
+}
+
+// updateVolume writes a volume conditionally on its id and version and on
+// not moving it from one VM to another, and returns the new version. When
+// no row matched it reads the volume to say why: ErrNotFound, or
+// ErrConflict naming what differed.
+func (r *Runner) updateVolume(tx Tx, v *journal.Volume, args []any) (int64, error) {
+	var version int64
+	err := tx.QueryRow(r.SQL.UpdateVolume, args...).Scan(&version)
+	if err == nil {
+		return version, nil
+	}
+	if !errors.Is(err, r.NoRows) {
+		return 0, fmt.Errorf("update volume %s: %w", v.Name, err)
+	}
+	var id, vm string
+	err = tx.QueryRow(r.SQL.VolumeIDVersionVM, v.Name).Scan(&id, &version, &vm)
+	switch {
+	case errors.Is(err, r.NoRows):
+		return 0, fmt.Errorf("update volume %s: %w", v.Name, journal.ErrNotFound)
+	case err != nil:
+		return 0, fmt.Errorf("update volume %s: %w", v.Name, err)
+	case id != v.ID:
+		return 0, fmt.Errorf("update volume %s: %w (stored incarnation %q, given %q)", v.Name, journal.ErrConflict, id, v.ID)
+	case version != v.Version:
+		return 0, fmt.Errorf("update volume %s: %w (stored version %d, given %d)", v.Name, journal.ErrConflict, version, v.Version)
+	default:
+		return 0, fmt.Errorf("update volume %s: %w (attached to VM %s; the update attaches it to VM %s)", v.Name, journal.ErrConflict, vm, v.VM)
 	}
 }
 

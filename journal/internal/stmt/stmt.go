@@ -1,6 +1,6 @@
 // Package stmt builds the SQL statements both journal backends run on the
 // tables they share, from a small description of each backend's dialect. It
-// is the one place that writes a VM, attempt, event or block statement, so a
+// is the one place that writes a VM, attempt, event, block or volume statement, so a
 // backend keeps only what its database does differently: the placeholder
 // syntax, its table names, whether it locks rows, how it orders text, how it
 // passes a list, and whether it grants leases by its own clock.
@@ -15,6 +15,7 @@ package stmt
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -66,7 +67,7 @@ type Statements struct {
 	d Dialect
 
 	// Table names.
-	VMs, Attempts, Events, Blocks string
+	VMs, Attempts, Events, Blocks, Volumes string
 
 	// InsertVM inserts a VM at Version 1 and returns its lease_expiry:
 	// rowcodec.Codec.CreateArgs; with Dialect.Now, one argument more, the
@@ -94,6 +95,23 @@ type Statements struct {
 	UpsertBlock string
 	// LiftBlock removes the block of key $1 made before $2.
 	LiftBlock string
+
+	// InsertVolume inserts a volume at version 1: rowcodec.Codec.VolumeArgs.
+	InsertVolume string
+	// UpdateVolume writes every column of a volume but version, conditional
+	// on its id and version and on not moving it from one VM to another
+	// (journal.VolumeWrite), and returns the new version: VolumeArgs
+	// without the name, then name, id, version.
+	UpdateVolume string
+	// VolumeState reads the state of the volume named $1, locking its row
+	// where the dialect locks rows.
+	VolumeState string
+	// VolumeIDVersionVM reads the id, version and VM of the volume named $1.
+	VolumeIDVersionVM string
+	// DeleteVolume removes the row of the volume named $1.
+	DeleteVolume string
+	// GetVolume reads the volume named $1.
+	GetVolume string
 
 	// UpsertMember writes the row of member $1 (journal.Members): its
 	// accounts $2, as the backend stores a list, and its expiry $3, or,
@@ -139,7 +157,8 @@ func New(d Dialect) *Statements {
 			return col + " IN (" + strings.Join(ps, ", ") + ")", args
 		}
 	}
-	s := &Statements{d: d, VMs: d.Prefix + "vms", Attempts: d.Prefix + "attempts", Events: d.Prefix + "events", Blocks: d.Prefix + "blocks"}
+	s := &Statements{d: d, VMs: d.Prefix + "vms", Attempts: d.Prefix + "attempts", Events: d.Prefix + "events",
+		Blocks: d.Prefix + "blocks", Volumes: d.Prefix + "volumes"}
 	p := d.Param
 
 	create := rowcodec.VMCreateCols
@@ -169,6 +188,20 @@ func New(d Dialect) *Statements {
 	s.UpsertBlock = upsert(p, s.Blocks, rowcodec.Split(rowcodec.BlockCols), 1) +
 		" WHERE " + s.Blocks + ".until IS NULL OR excluded.until >= " + s.Blocks + ".until"
 	s.LiftBlock = "DELETE FROM " + s.Blocks + " WHERE key = " + p(1) + " AND created_at < " + p(2)
+
+	vcols := rowcodec.Split(rowcodec.VolumeWriteCols)
+	s.InsertVolume = "INSERT INTO " + s.Volumes + " (" + strings.Join(vcols, ", ") + ", version) VALUES (" +
+		params(p, 1, len(vcols)) + ", 1)"
+	vwrite := vcols[1:]
+	vn := len(vwrite)
+	vm := p(1 + slices.Index(vwrite, "vm"))
+	s.UpdateVolume = "UPDATE " + s.Volumes + " SET " + assign(p, vwrite, 1) + ", version = version + 1" +
+		" WHERE name = " + p(vn+1) + " AND id = " + p(vn+2) + " AND version = " + p(vn+3) +
+		" AND (vm = '' OR " + vm + " = '' OR vm = " + vm + ") RETURNING version"
+	s.VolumeState = "SELECT state FROM " + s.Volumes + " WHERE name = " + p(1) + d.LockRow
+	s.VolumeIDVersionVM = "SELECT id, version, vm FROM " + s.Volumes + " WHERE name = " + p(1)
+	s.DeleteVolume = "DELETE FROM " + s.Volumes + " WHERE name = " + p(1)
+	s.GetVolume = "SELECT " + rowcodec.VolumeCols + " FROM " + s.Volumes + " WHERE name = " + p(1)
 
 	expiry := p(3)
 	if d.Now != "" {
@@ -206,7 +239,26 @@ func New(d Dialect) *Statements {
 // prepares statements prepares these.
 func (s *Statements) Step() []string {
 	return []string{s.InsertVM, s.UpdateVM, s.VMState, s.VMOwnerVersion, s.VMExists, s.DeleteAttempts,
-		s.DeleteVM, s.UpsertAttempt, s.UpsertBlock, s.LiftBlock, s.UpsertOfferStats, s.UpsertOfferReady}
+		s.DeleteVM, s.UpsertAttempt, s.UpsertBlock, s.LiftBlock, s.UpsertOfferStats, s.UpsertOfferReady,
+		s.InsertVolume, s.UpdateVolume, s.VolumeState, s.VolumeIDVersionVM, s.DeleteVolume}
+}
+
+// ListVolumes returns the query of journal.Volumes.ListVolumes for opts and
+// its arguments.
+func (s *Statements) ListVolumes(opts journal.VolumeListOptions) (query string, args []any) {
+	var where []string
+	if opts.Live {
+		where = append(where, "state <> '"+string(journal.VolumeDeleted)+"'")
+	}
+	if opts.VM != "" {
+		args = append(args, opts.VM)
+		where = append(where, "vm = "+s.d.Param(len(args)))
+	}
+	query = "SELECT " + rowcodec.VolumeCols + " FROM " + s.Volumes
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	return query + " ORDER BY name" + s.d.Collate, args
 }
 
 // ListVMs returns the query of journal.Journal.ListVMs for opts and its

@@ -57,6 +57,11 @@ func TestArguments(t *testing.T) {
 				s.LiveBlocks:    1,
 				s.UpsertMember:  3,
 				s.DeleteMember:  1,
+				s.InsertVolume:  len(rowcodec.Split(rowcodec.VolumeWriteCols)),
+				s.UpdateVolume:  len(rowcodec.Split(rowcodec.VolumeWriteCols)) - 1 + 3,
+				s.VolumeState:   1,
+				s.GetVolume:     1,
+				s.DeleteVolume:  1,
 			} {
 				if got := args(t, q); got != want {
 					t.Errorf("%s\ntakes %d arguments, the codec gives %d", q, got, want)
@@ -86,7 +91,11 @@ func TestLists(t *testing.T) {
 	if _, _, none := pg.ListVMs(journal.ListOptions{Live: true, States: []journal.VMState{journal.StateDeleted}}); !none {
 		t.Error("ListVMs of live deleted VMs: want none")
 	}
-	q, got := sqlite.ListEvents(journal.EventQuery{VM: "vm-a", After: 7, Limit: 3})
+	q, got := pg.ListVolumes(journal.VolumeListOptions{Live: true, VM: "vm-a"})
+	if want := []any{"vm-a"}; !reflect.DeepEqual(got, want) || args(t, q) != 1 {
+		t.Errorf("ListVolumes = %q, %#v; want arguments %#v", q, got, want)
+	}
+	q, got = sqlite.ListEvents(journal.EventQuery{VM: "vm-a", After: 7, Limit: 3})
 	if want := []any{int64(7), "vm-a", 3}; !reflect.DeepEqual(got, want) || args(t, q) != 3 {
 		t.Errorf("ListEvents = %q, %#v; want arguments %#v", q, got, want)
 	}
