@@ -593,7 +593,8 @@ type PlacementGrouper interface {
 }
 
 // ErrInUse is matched (errors.Is) by a DeletePlacementGroup error for a
-// group that instances still use.
+// group that instances still use, and by a VolumeManager error for a
+// volume attached to another instance (attach) or to any (delete).
 var ErrInUse = errors.New("still in use")
 
 // PlacementGroupName is the name of cluster's placement group:

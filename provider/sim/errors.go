@@ -68,8 +68,9 @@ var codeKinds = map[string]provider.ErrorKind{
 	"internal":                provider.Transient,
 	"unavailable":             provider.Transient,
 	"timeout":                 provider.Transient,
-	"conflict":                provider.Transient, // a dependency still shutting down
-	"not_found":               provider.Failed,    // primitives that expect it treat it as success first
+	"conflict":                provider.Transient,      // a dependency still shutting down
+	"volume_in_use":           provider.InvalidRequest, // a volume attached to another instance: VolumeManager's contract
+	"not_found":               provider.Failed,         // primitives that expect it treat it as success first
 }
 
 // classify maps an error answer to a *provider.Error: by code first, then,

@@ -35,6 +35,7 @@ func TestClassify(t *testing.T) {
 		{503, "unavailable", "", provider.Transient, provider.ScopeOffer, 0},
 		{504, "timeout", "", provider.Transient, provider.ScopeOffer, 0},
 		{409, "conflict", "", provider.Transient, provider.ScopeOffer, 0},
+		{409, "volume_in_use", "", provider.InvalidRequest, provider.ScopeOffer, 0},
 		{404, "not_found", "", provider.Failed, provider.ScopeOffer, 0},
 		{418, "teapot", "", provider.Failed, provider.ScopeOffer, 0},   // unknown code
 		{400, "", "", provider.Failed, provider.ScopeOffer, 0},         // no body

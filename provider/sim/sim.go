@@ -30,6 +30,11 @@
 // Provisioner, else a token of the adapter's own bucket, so that primitives
 // that make several requests, or none, are paced as what they send.
 //
+// Volumes (provider.VolumeManager, volume.go) are the server's zonal
+// volumes, named and labelled as instances are; attached, a volume is a
+// device in the instance's sandbox that the sandbox's emulated blkid,
+// mkfs.ext4 and mount format and mount (docs/clouds/sim.md, "Volumes").
+//
 // Firewalls are shared (provider.SharedCleaner): one per installation,
 // region, port set and source set, named provider.SharedName, made by the first
 // Prepare there and remembered, and removed by CleanupShared once no live

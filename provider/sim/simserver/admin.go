@@ -65,6 +65,10 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		in, err := s.Instance(r.PathValue("cloud"), r.PathValue("id"))
 		return http.StatusOK, in, err
 	}))
+	mux.Handle("GET /admin/clouds/{cloud}/volumes", s.admin(func(r *http.Request) (int, any, error) {
+		v, err := s.Volumes(r.PathValue("cloud"))
+		return http.StatusOK, map[string][]Volume{"volumes": v}, err
+	}))
 	mux.Handle("GET /admin/clouds/{cloud}/resources", s.admin(func(r *http.Request) (int, any, error) {
 		res, err := s.SideResources(r.PathValue("cloud"))
 		return http.StatusOK, res, err

@@ -126,15 +126,20 @@ type Timing struct {
 	// FlexQueue is how long a flex-start create waits in the queue before
 	// it finds capacity and starts provisioning; zero: at once.
 	FlexQueue Duration `json:"flex_queue,omitempty" toml:"flex_queue,omitempty"`
+	// VolumeTime is how long a new volume is "creating" before it is
+	// "available"; zero: at once.
+	VolumeTime Duration `json:"volume_time,omitempty" toml:"volume_time,omitempty"`
 }
 
-// DefaultTiming is realistic but short: API 5ms, boot 1.5s±0.5s, delete 300ms.
+// DefaultTiming is realistic but short: API 5ms, boot 1.5s±0.5s, delete
+// 300ms, volume creation 200ms.
 func DefaultTiming() Timing {
 	return Timing{
 		APILatency: Duration(5 * time.Millisecond),
 		BootTime:   Duration(1500 * time.Millisecond),
 		BootJitter: Duration(500 * time.Millisecond),
 		DeleteTime: Duration(300 * time.Millisecond),
+		VolumeTime: Duration(200 * time.Millisecond),
 	}
 }
 

@@ -96,6 +96,45 @@
 //	DELETE placement-groups/{name}?region=r 204; 404 unknown; 409 conflict while an instance
 //	                                        that is not terminated uses it
 //	GET    placement-groups[?region=r]      {"placement_groups":[...]}
+//	POST   volumes                          body {name, zone, size_gb, labels, idempotency_token}:
+//	                                        201 and the Volume, "creating" for Timing.VolumeTime,
+//	                                        then "available"; 200 and the existing Volume when the
+//	                                        token was seen; 409 conflict when the zone holds a volume
+//	                                        of that name (another token); 400 for a size_gb outside
+//	                                        1..16384 or an unknown zone (one of the catalog's);
+//	                                        409 out_of_capacity under Faults.VolumeStockoutZones
+//	GET    volumes[?label=k=v&label_any=k=v&region=&zone=&name=]
+//	                                        {"volumes":[...]}, sorted by id; label filters as
+//	                                        GET instances'
+//	GET    volumes/{id}                     the Volume; 404 for an unknown id
+//	POST   volumes/{id}/attach              body {instance_id}: 200 and the Volume, "attached", with
+//	                                        attached_to and device (the path the instance's sandbox
+//	                                        sees it at); 200 when attached to that instance already;
+//	                                        400 when the instance is unknown, not running, or in
+//	                                        another zone (the message names both zones); 409
+//	                                        volume_in_use when attached to another instance, 409
+//	                                        conflict while that instance is being deleted or while the
+//	                                        volume is creating
+//	POST   volumes/{id}/detach              body {instance_id}: 200 and the Volume, "available"
+//	                                        (idempotent); 409 volume_in_use when attached to another
+//	                                        instance than instance_id
+//	DELETE volumes/{id}                     204; 404 unknown; 409 volume_in_use while attached (409
+//	                                        conflict while its instance is being deleted)
+//
+// A Volume carries id, name, labels, region, zone, size_gb, status
+// (creating, available, attached), attached_to and device while attached,
+// created_at and updated_at. Volumes are zonal: names are unique in a
+// zone, and a volume attaches to a running instance of its zone, one at a
+// time. An instance that terminates (deleted, preempted) detaches its
+// volumes, which stay, available; until it has terminated they stay
+// attached to it. A volume's data is the folder
+// <state-dir>/volumes/<cloud>/<id> (Server.VolumeDir), which outlives
+// instances and a server restart and is removed by DELETE. While attached,
+// the instance's sandbox sees it as the device <sandbox>/.sim-dev/<id> (a
+// link to that folder), on which the sandbox's emulated blkid, mkfs.ext4,
+// mount, umount, findmnt and mountpoint work (docs/clouds/sim.md
+// "Volumes" says what they emulate): files written under a mount on one
+// instance are read under a mount on the next.
 //
 // An Instance carries id, name, labels, offer_id and the offer's fields,
 // status, status_message, ssh {host, port, user} while it runs with SSH
@@ -139,7 +178,9 @@
 //	                        CloudConfig.Quotas)
 //	404 not_found           unknown cloud, instance, firewall, key or route
 //	409 out_of_capacity     stockout (Faults.StockoutOffers, StockoutRegions, OfferStock)
-//	409 conflict            a firewall or placement group still in use; admin: preempting an instance that is not running
+//	409 conflict            a firewall or placement group still in use; admin: preempting an instance that is not running;
+//	                        a volume name taken in the zone; a volume creating, or attached to an instance being deleted
+//	409 volume_in_use       a volume attached to another instance (attach, detach, delete)
 //	409 reservation_full    a create into a reservation whose every slot is in use
 //	409 reservation_ended   a create into a reservation past its end
 //	409 reservation_not_started a create into a bought block before its start
@@ -172,6 +213,7 @@
 //	GET  /admin/clouds/{cloud}/faults                  the Faults in force
 //	PUT  /admin/clouds/{cloud}/faults                  replace them (body: Faults)
 //	GET  /admin/clouds/{cloud}/instances               every instance, terminated ones included
+//	GET  /admin/clouds/{cloud}/volumes                 every volume (Server.Volumes)
 //	POST /admin/clouds/{cloud}/instances/{id}/preempt  preempt a running instance now, or with
 //	                                                   ?notice=30s announce it and preempt it then
 //

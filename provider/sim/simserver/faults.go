@@ -78,6 +78,9 @@ type Faults struct {
 	// the Retry-After of the next token. Zero means no limit.
 	RateLimit float64 `json:"rate_limit,omitempty" toml:"rate_limit,omitempty"`
 	RateBurst int     `json:"rate_burst,omitempty" toml:"rate_burst,omitempty"`
+	// VolumeStockoutZones make volume creates in those zones fail with
+	// 409 out_of_capacity.
+	VolumeStockoutZones []string `json:"volume_stockout_zones,omitempty" toml:"volume_stockout_zones,omitempty"`
 	// GPUFaults break the GPUs of new instances as their own tools
 	// (nvidia-smi, lspci, dmesg) show it: see GPUFault.
 	GPUFaults []GPUFault `json:"gpu_faults,omitempty" toml:"gpu_faults,omitempty"`

@@ -241,6 +241,7 @@ func (s *Server) terminate(c *cloud, in *instance, at time.Time) {
 	in.TerminatedAt = at
 	in.PurgeAt = at.Add(s.opts.Retention.Std())
 	in.event(at, EventTerminated, msg)
+	s.detachAll(c, in, at)
 }
 
 // purge forgets in, its idempotency token and its sandbox.

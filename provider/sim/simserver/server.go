@@ -73,7 +73,12 @@ type cloud struct {
 	groups    map[string]*PlacementGroup // by firewallKey(region, name)
 	sshKeys   map[string]*SSHKey
 	counter   int
-	stats     Stats
+	// volumes are the cloud's volumes (volume.go), volumeTokens their
+	// idempotency tokens, volumeCounter the last volume id's number.
+	volumes       map[string]*volume
+	volumeTokens  map[string]string
+	volumeCounter int
+	stats         Stats
 	// bought are the blocks bought (reservations beside the configured
 	// ones), sold the block offerings they were; started is when the
 	// server started (block offerings' windows count from it).
@@ -109,6 +114,7 @@ func Start(opts Options) (*Server, error) {
 			limiter: cc.Faults.newLimiter(), rnd: mrand.New(mrand.NewPCG(opts.Seed, h.Sum64())),
 			instances: map[string]*instance{}, tokens: map[string]string{}, byLabel: map[label]map[string]struct{}{},
 			firewalls: map[string]*Firewall{}, sshKeys: map[string]*SSHKey{}, groups: map[string]*PlacementGroup{},
+			volumes: map[string]*volume{}, volumeTokens: map[string]string{},
 			stats: Stats{Calls: map[string]int{}, Errors: map[string]int{}}, sold: map[string]bool{}, started: opts.Clock.Now()}
 		for i := range cc.Offers {
 			c.offers[cc.Offers[i].ID] = &cc.Offers[i]

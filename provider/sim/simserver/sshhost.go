@@ -140,6 +140,9 @@ func (s *Server) newSSH(c *cloud, in *instance) (*sshd.Server, error) {
 		if err := writeGPUs(dir, in, s.clock.Now()); err != nil {
 			return nil, fmt.Errorf("emulated GPUs: %w", err)
 		}
+		if err := writeVolumeTools(dir); err != nil {
+			return nil, fmt.Errorf("emulated block devices: %w", err)
+		}
 	}
 	if fresh && s.opts.PrepareSandbox != nil {
 		if err := s.opts.PrepareSandbox(dir, in.view()); err != nil {

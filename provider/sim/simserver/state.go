@@ -34,6 +34,10 @@ type cloudState struct {
 	// Bought are the blocks bought, Sold the offerings they were.
 	Bought []Reservation `json:"bought_blocks,omitempty"`
 	Sold   []string      `json:"sold_block_offerings,omitempty"`
+	// Volumes are the cloud's volumes (their data is in the state dir's
+	// volumes folder), VolumeCounter the last volume id's number.
+	Volumes       []*volume `json:"volumes,omitempty"`
+	VolumeCounter int       `json:"volume_counter,omitempty"`
 }
 
 // load reads opts.StateFile into the clouds configured; a missing file is
@@ -94,6 +98,13 @@ func (s *Server) load() error {
 		for i := range cs.SSHKeys {
 			k := cs.SSHKeys[i]
 			c.sshKeys[k.Name] = &k
+		}
+		c.volumeCounter = cs.VolumeCounter
+		for _, v := range cs.Volumes {
+			c.volumes[v.ID] = v
+			if v.Token != "" {
+				c.volumeTokens[v.Token] = v.ID
+			}
 		}
 		for i := range cs.Groups {
 			g := cs.Groups[i]
@@ -171,6 +182,10 @@ func (s *Server) encodeLocked() ([]byte, error) {
 			Instances: make([]*instance, 0, len(c.instances)), Bought: slices.Clone(c.bought), Sold: slices.Sorted(maps.Keys(c.sold))}
 		for _, in := range c.instances {
 			cs.Instances = append(cs.Instances, in)
+		}
+		cs.VolumeCounter = c.volumeCounter
+		for _, id := range slices.Sorted(maps.Keys(c.volumes)) {
+			cs.Volumes = append(cs.Volumes, c.volumes[id])
 		}
 		st.Clouds[name] = cs
 	}

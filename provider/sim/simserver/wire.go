@@ -169,13 +169,15 @@ type PlacementGroup struct {
 // kind (list_offers, create_instance, list_instances, get_instance,
 // delete_instance, put_firewall, delete_firewall, list_firewalls,
 // put_ssh_key, delete_ssh_key, list_ssh_keys, put_placement_group,
-// delete_placement_group, list_placement_groups) and by error code.
+// delete_placement_group, list_placement_groups, create_volume,
+// list_volumes, get_volume, attach_volume, detach_volume, delete_volume)
+// and by error code.
 type Stats struct {
 	Calls             map[string]int `json:"calls"`
 	Errors            map[string]int `json:"errors"`
 	RateLimited       int            `json:"rate_limited"`            // 429s sent, token bucket and injected
 	Creates           int            `json:"creates"`                 // instances created
-	IdempotentReplays int            `json:"idempotent_replays"`      // creates answered with an existing instance
+	IdempotentReplays int            `json:"idempotent_replays"`      // creates answered with an existing instance or volume
 	Deletes           int            `json:"deletes"`                 // delete requests that started a deletion
 	BlocksBought      int            `json:"blocks_bought,omitempty"` // block offerings bought
 	LostCreates       int            `json:"lost_creates"`            // creates whose response was lost
@@ -206,6 +208,7 @@ const (
 	CodeNotFound          = "not_found"
 	CodeOutOfCapacity     = "out_of_capacity"
 	CodeConflict          = "conflict"
+	CodeVolumeInUse       = "volume_in_use"
 	CodeRateLimited       = "rate_limited"
 	CodeInternal          = "internal"
 	CodeUnavailable       = "unavailable"
