@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -14,46 +15,27 @@ import (
 
 // twoSpotOffers is sim-a with two spot H100 offers in two zones and the
 // on-demand one.
-const twoSpotOffers = `
+var twoSpotOffers = simOffer("spot-a", "us-east-1a", 1.00, true) + simOffer("spot-b", "us-east-1b", 1.20, true) +
+	simOffer("od-a", "us-east-1a", 3.00, false)
+
+// simOffer is one single-H100 offer of a sim cloud's table, in us-east.
+func simOffer(id, zone string, price float64, spot bool) string {
+	return fmt.Sprintf(`
 [[clouds.offers]]
-id = "spot-a"
+id = %q
 region = "us-east"
-zone = "us-east-1a"
+zone = %q
 instance_type = "gpu.h100.1x"
 gpu = "H100-80GB"
 gpu_count = 1
 gpu_memory_gb = 80
 vcpus = 26
 memory_gb = 200
-price_per_hour = 1.00
-spot = true
+price_per_hour = %.2f
+spot = %v
 availability = "high"
-[[clouds.offers]]
-id = "spot-b"
-region = "us-east"
-zone = "us-east-1b"
-instance_type = "gpu.h100.1x"
-gpu = "H100-80GB"
-gpu_count = 1
-gpu_memory_gb = 80
-vcpus = 26
-memory_gb = 200
-price_per_hour = 1.20
-spot = true
-availability = "high"
-[[clouds.offers]]
-id = "od-a"
-region = "us-east"
-zone = "us-east-1a"
-instance_type = "gpu.h100.1x"
-gpu = "H100-80GB"
-gpu_count = 1
-gpu_memory_gb = 80
-vcpus = 26
-memory_gb = 200
-price_per_hour = 3.00
-availability = "high"
-`
+`, id, zone, price, spot)
+}
 
 // simInstanceDetail is an instance of the sim's admin API with its
 // history.
