@@ -51,6 +51,8 @@ func TestCostMatchesTheSimsRecordIncludingAFailedBoot(t *testing.T) {
 			t.Errorf("attempt %d (%s, %s): gpuprov counts $%.6f; the sim's record ($%.2f/h from %v to %v) gives $%.6f",
 				c.Attempt, in.OfferID, c.Outcome, c.USD, in.PricePerHour, in.CreatedAt, in.TerminatedAt, hand)
 		}
+		t.Logf("attempt %d on %s (%s): ran %v at $%.2f/h by the sim's record: $%.6f by hand; gpuprov counts %v billed, $%.6f",
+			c.Attempt, in.OfferID, c.Outcome, in.TerminatedAt.Sub(in.CreatedAt), in.PricePerHour, hand, c.Billed, c.USD)
 		if i == 0 && (in.OfferID != "a-h100x1-use1a" || c.Outcome != "failed: failed") {
 			t.Errorf("first attempt on %s, %s; want the failed boot on a-h100x1-use1a", in.OfferID, c.Outcome)
 		}
