@@ -151,6 +151,9 @@ func (d *driver) prepare(ctx context.Context, pp *paced, o *provider.Offer, a *j
 	if err := d.newHostKey(pp, a); err != nil {
 		return err
 	}
+	if err := d.ensureVolumes(ctx, pp, o, a); err != nil {
+		return err
+	}
 	a.CreateSent = d.now()
 	a.Phase, d.row.Phase = PhaseCreate, PhaseCreate
 	return d.commit(ctx, &journal.Step{Update: &d.row, Attempts: []journal.Attempt{*a},

@@ -602,6 +602,9 @@ func (d *driver) fail(ctx context.Context, cause error) error {
 	if err := d.retire(ctx, nil, true); err != nil {
 		return d.stuck(ctx, errors.Join(cause, err))
 	}
+	if err := d.releaseVolumes(ctx, false); err != nil {
+		return d.stuck(ctx, errors.Join(cause, err))
+	}
 	paid, err := d.payOwed(ctx, nil)
 	if err != nil {
 		if len(paid) > 0 {

@@ -61,6 +61,9 @@ func (p *Provisioner) launchNode(ctx context.Context, req Request, cn clusterNod
 	if err := req.normalize(p.providerSet()); err != nil {
 		return nil, err
 	}
+	if err := p.checkVolumes(ctx, &req); err != nil {
+		return nil, err
+	}
 	cluster, join := cn.cluster, cn.join
 	jr := journaledRequest{Request: req, PlacementGroup: cn.placementGroup, ClusterNodes: cn.nodes, ClusterMin: cn.min, ClientKeys: p.clientKeys()}
 	if cluster != "" {
@@ -334,6 +337,9 @@ func (d *driver) finishDelete(ctx context.Context) error {
 		if err := d.teardown(ctx, a, nil, false); err != nil {
 			return d.stuck(ctx, err)
 		}
+	}
+	if err := d.releaseVolumes(ctx, true); err != nil {
+		return d.stuck(ctx, err)
 	}
 	now := d.now()
 	d.row.State, d.row.Phase, d.row.EndedAt = journal.StateDeleted, "", now

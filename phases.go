@@ -71,6 +71,9 @@ func (d *driver) nodePhases(ctx context.Context, a *journal.Attempt) error {
 			}
 		}
 	}
+	if err := d.mountVolumes(ctx, a); err != nil {
+		return err
+	}
 	steps := []struct {
 		phase string
 		run   func(context.Context) error

@@ -230,7 +230,11 @@ func (p *Provisioner) plan(ctx context.Context, req *Request, since time.Time) (
 	if err != nil {
 		return nil, &journalError{err}
 	}
-	res := &PlanResult{Offers: entry.offers, Skipped: entry.skipped, Errors: entry.errs, Explanation: entry.why,
+	offers, misfits, err := p.placeVolumes(ctx, req, entry.offers)
+	if err != nil {
+		return nil, err
+	}
+	res := &PlanResult{Offers: offers, Skipped: append(slices.Clip(entry.skipped), misfits...), Errors: entry.errs, Explanation: entry.why,
 		Blocked: map[string]journal.Block{}, blocks: map[string]journal.Block{}, now: p.clock.Now(), planned: entry.at}
 	for _, b := range blocks {
 		res.blocks[b.Key] = b

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -190,6 +191,14 @@ type Request struct {
 	// offer is left. Spot VMs only.
 	OnInterruption InterruptionPolicy `json:"on_interruption,omitempty"`
 
+	// Volumes are persistent volumes the VM mounts (see VolumeRequest and
+	// docs/volumes.md): each is created on the first launch that names it,
+	// in the zone of that launch's offer, and a later launch naming it is
+	// planned only where it can attach. Every provider planned must have
+	// volumes (provider.VolumeManager), the journal must keep them
+	// (journal.Volumes), and the machine is reached over SSH to mount them.
+	Volumes []VolumeRequest `json:"volumes,omitempty"`
+
 	// IdleTimeout, when positive, deletes the ready VM once its GPUs have
 	// been idle this long: every GPU's utilization under IdleBelow at
 	// each sample, which whatever process runs the reaper (WithReaper,
@@ -272,6 +281,23 @@ func (r *Request) alternative(c GPUChoice) Request {
 	one := *r
 	one.GPU, one.GPUCount, one.GPUs, one.GPUOrder = c.GPU, c.Count, nil, GPUOrderPrice
 	return one
+}
+
+// VolumeRequest is one persistent volume of a Request.
+type VolumeRequest struct {
+	// Name names the volume in the journal, as VM names go (lowercase
+	// letters, digits and dashes, at most 50 characters); the cloud's
+	// resource is gpuprov-<name>, labelled with the installation.
+	Name string `json:"name"`
+	// SizeGB is the size of a volume that does not exist yet; for one
+	// that does, 0 or its size.
+	SizeGB int `json:"size_gb,omitempty"`
+	// MountPath is where the machine mounts it: an absolute, clean path,
+	// not "/".
+	MountPath string `json:"mount_path"`
+	// DeleteWithVM deletes the volume when the VM is deleted; by default
+	// it is kept for the next VM that names it.
+	DeleteWithVM bool `json:"delete_with_vm,omitempty"`
 }
 
 // InterruptionPolicy is Request.OnInterruption.
@@ -460,6 +486,9 @@ func (r *Request) normalize(known map[string]bool) error {
 	if r.FlexStart > 0 && r.Spot == provider.SpotOnly {
 		return &RequestError{"flex_start", "queued capacity is not spot: ask for one or the other"}
 	}
+	if err := r.validateVolumes(); err != nil {
+		return err
+	}
 	if r.IdleTimeout < 0 {
 		return &RequestError{"idle_timeout", "negative"}
 	}
@@ -607,4 +636,30 @@ func (r *Request) resources() *provider.ResourceRequest {
 		rr.Block = &provider.BlockQuery{Count: r.Block.Count, Duration: r.Block.Duration}
 	}
 	return rr
+}
+
+// validateVolumes checks the request's volumes on their own (the journal
+// and the providers are checked when the launch starts and plans).
+func (r *Request) validateVolumes() error {
+	names, paths := map[string]bool{}, map[string]bool{}
+	for i, v := range r.Volumes {
+		field := fmt.Sprintf("volumes[%d]", i)
+		if err := ValidateName(v.Name); err != nil {
+			return &RequestError{field + ".name", fmt.Sprintf("%q: %s", v.Name, err.(*RequestError).Problem)}
+		}
+		switch {
+		case names[v.Name]:
+			return &RequestError{field + ".name", fmt.Sprintf("%q is named twice", v.Name)}
+		case v.SizeGB < 0:
+			return &RequestError{field + ".size_gb", "negative"}
+		case !path.IsAbs(v.MountPath) || path.Clean(v.MountPath) != v.MountPath || v.MountPath == "/":
+			return &RequestError{field + ".mount_path", fmt.Sprintf("%q: want an absolute, clean path other than /", v.MountPath)}
+		case strings.ContainsFunc(v.MountPath, func(c rune) bool { return c <= ' ' || c == 0x7f }):
+			return &RequestError{field + ".mount_path", fmt.Sprintf("%q holds a space or a control character", v.MountPath)}
+		case paths[v.MountPath]:
+			return &RequestError{field + ".mount_path", fmt.Sprintf("%q is used twice", v.MountPath)}
+		}
+		names[v.Name], paths[v.MountPath] = true, true
+	}
+	return nil
 }

@@ -47,7 +47,7 @@ Exit codes: 0 success, 1 provisioning failure, 2 usage or bad input
 	root.AddCommand(
 		newDemoCmd(e), newUpCmd(e), newDownCmd(e), newListCmd(e), newShowCmd(e),
 		newOffersCmd(e), newHealthCmd(e), newRecoverCmd(e), newSweepCmd(e),
-		newSSHCmd(e), newSimCmd(e), newCostCmd(e), newVersionCmd(e),
+		newSSHCmd(e), newSimCmd(e), newCostCmd(e), newVolumesCmd(e), newVersionCmd(e),
 	)
 	return root
 }

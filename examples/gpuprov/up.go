@@ -59,6 +59,7 @@ type upFlags struct {
 	flexStart   time.Duration
 	onIntr      string // --on-interruption
 	idleTimeout time.Duration
+	volumes     []string // NAME:SIZE_GB:MOUNT_PATH[:delete]
 	idleBelow   int
 	busyCmd     string
 	block       time.Duration // a capacity block's window
@@ -143,6 +144,7 @@ if this one is gone. 'gpuprov list' shows the time left.`,
 	fl.Float64Var(&f.maxCost, "max-cost", 0, "delete the VM once its cost reaches this many USD (default: no cap)")
 	fl.BoolVar(&f.noAccept, "no-accept", false, "skip the GPU acceptance checks: ready once SSH answers")
 	fl.IntVar(&f.dcgm, "dcgm", 0, "also run dcgmi diag -r N (1 or 2) in acceptance, where the machine has DCGM")
+	fl.StringArrayVar(&f.volumes, "volume", nil, "NAME:SIZE_GB:MOUNT_PATH[:delete] a persistent volume to mount (repeatable): made in the VM's zone if new (give its size), else the launch goes where it is (size may be empty); kept after the VM unless :delete (see docs/volumes.md)")
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", 0, "delete the VM once its GPUs have been idle this long, as sampled by a process running `gpuprov recover --watch` (see docs/idle.md)")
 	fl.IntVar(&f.idleBelow, "idle-below", 0, "with --idle-timeout: the GPU utilization, in percent, under which a GPU is idle (default 5)")
 	fl.StringVar(&f.busyCmd, "busy-command", "", "with --idle-timeout: a command that exits 0 on the machine while it is busy whatever its GPUs show (never a secret: it is a remote command line)")
@@ -169,6 +171,13 @@ func (f *upFlags) request(cfg *fileConfig) (gpuprov.Request, error) {
 		OnInterruption: gpuprov.InterruptionPolicy(f.onIntr),
 		IdleTimeout:    f.idleTimeout, IdleBelow: f.idleBelow, BusyCommand: f.busyCmd,
 		MinVCPUs: f.minVCPUs, MinMemoryGB: f.minMemory, DiskGB: f.diskGB, SourceRanges: f.allowFrom,
+	}
+	for _, spec := range f.volumes {
+		v, err := parseVolumeFlag(spec)
+		if err != nil {
+			return req, err
+		}
+		req.Volumes = append(req.Volumes, v)
 	}
 	for _, kv := range f.labels {
 		k, v, ok := strings.Cut(kv, "=")
@@ -521,4 +530,21 @@ func placementNames() []string {
 		out = append(out, string(p))
 	}
 	return out
+}
+
+// parseVolumeFlag reads --volume NAME:SIZE_GB:MOUNT_PATH[:delete].
+func parseVolumeFlag(spec string) (gpuprov.VolumeRequest, error) {
+	parts := strings.Split(spec, ":")
+	if len(parts) < 3 || len(parts) > 4 || len(parts) == 4 && parts[3] != "delete" {
+		return gpuprov.VolumeRequest{}, usageErrorf("--volume %q: want NAME:SIZE_GB:MOUNT_PATH or NAME:SIZE_GB:MOUNT_PATH:delete (SIZE_GB may be empty for a volume that exists)", spec)
+	}
+	v := gpuprov.VolumeRequest{Name: parts[0], MountPath: parts[2], DeleteWithVM: len(parts) == 4}
+	if parts[1] != "" {
+		n, err := strconv.Atoi(parts[1])
+		if err != nil || n <= 0 {
+			return v, usageErrorf("--volume %q: size %q is not a positive number of GB", spec, parts[1])
+		}
+		v.SizeGB = n
+	}
+	return v, nil
 }

@@ -3,6 +3,7 @@ package journaltest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/org/gpuprov/journal"
@@ -17,8 +18,9 @@ var ErrKilled = errors.New("journaltest: process killed")
 // before it, and the leases it held are left as a dead process leaves them:
 // not renewed, not released. Reads still work (they change nothing).
 //
-// Of the optional interfaces it passes journal.OfferHistory through and
-// hides the others (journal.LeaseClock, journal.Members, journal.Pruner).
+// Of the optional interfaces it passes journal.OfferHistory and
+// journal.Volumes through and hides the others (journal.LeaseClock,
+// journal.Members, journal.Pruner).
 type Killable struct {
 	journal.Journal
 	Dead func() bool
@@ -67,4 +69,25 @@ func (k *Killable) OfferStats(ctx context.Context) (map[string]journal.OfferStat
 		return nil, nil
 	}
 	return oh.OfferStats(ctx)
+}
+
+// GetVolume implements journal.Volumes by passing the wrapped journal's
+// volumes through (a read: it works after the kill too). Over a journal
+// that keeps none it fails with an error wrapping errors.ErrUnsupported,
+// as that journal refuses a Step with volumes.
+func (k *Killable) GetVolume(ctx context.Context, name string) (journal.Volume, error) {
+	vj, ok := k.Journal.(journal.Volumes)
+	if !ok {
+		return journal.Volume{}, fmt.Errorf("journaltest: the wrapped journal keeps no volumes: %w", errors.ErrUnsupported)
+	}
+	return vj.GetVolume(ctx, name)
+}
+
+// ListVolumes implements journal.Volumes as GetVolume does.
+func (k *Killable) ListVolumes(ctx context.Context, opts journal.VolumeListOptions) ([]journal.Volume, error) {
+	vj, ok := k.Journal.(journal.Volumes)
+	if !ok {
+		return nil, fmt.Errorf("journaltest: the wrapped journal keeps no volumes: %w", errors.ErrUnsupported)
+	}
+	return vj.ListVolumes(ctx, opts)
 }

@@ -156,6 +156,10 @@ func (s *Server) newSSH(c *cloud, in *instance) (*sshd.Server, error) {
 		"GPUPROV_SIM_CLOUD=" + c.cfg.Name,
 		"GPUPROV_SIM_INSTANCE=" + in.ID,
 		"GPUPROV_SIM_METADATA=" + s.metadataURL(c.cfg.Name, in.ID),
+		// The machine's root, under which gpuprov's commands write every
+		// absolute path (a real machine's is empty); Options.SandboxEnv,
+		// after it, may set another (the k3s emulation's ".").
+		"GPUPROV_ROOT=" + dir,
 	}
 	return sshd.Start(sshd.Config{
 		HostKey:        signer,
