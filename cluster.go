@@ -114,6 +114,9 @@ func (p *Provisioner) launchCluster(ctx context.Context, req ClusterRequest) (*C
 		// Nodes failing over on their own would mix models in one cluster.
 		return nil, &RequestError{"node.gpus", "a cluster's nodes share one GPU model: name it in node.gpu (GPU alternatives are for single VMs)"}
 	}
+	if len(req.Node.Volumes) > 0 {
+		return nil, &RequestError{"node.volumes", "a volume attaches to one machine: a cluster's nodes cannot share the node's volumes (launch single VMs with volumes)"}
+	}
 	reqs := make([]Request, req.Nodes)
 	for i := range reqs {
 		reqs[i] = req.Node

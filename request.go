@@ -661,5 +661,10 @@ func (r *Request) validateVolumes() error {
 		}
 		names[v.Name], paths[v.MountPath] = true, true
 	}
+	if len(r.Volumes) > 0 && r.OnInterruption != "" {
+		// A zonal volume attaches to one machine: the replacement could
+		// not mount it while the interrupted machine holds it.
+		return &RequestError{"on_interruption", fmt.Sprintf("%q with volumes: a volume attaches to one machine at a time, so a replacement cannot start before the interrupted machine is gone (not supported yet)", r.OnInterruption)}
+	}
 	return nil
 }

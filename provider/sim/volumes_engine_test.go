@@ -123,6 +123,16 @@ func TestVolumeBadInputCreatesNothing(t *testing.T) {
 			t.Errorf("volumes %+v: %v, want ErrInvalidRequest saying %q", c.vols, err, c.want)
 		}
 	}
+	if _, err := p.Launch(ctx, gpuprov.Request{Name: "bad", GPU: "H100-80GB", Spot: provider.SpotOnly, OnInterruption: gpuprov.ReplaceWhenReady,
+		Timeout: time.Minute, Volumes: []gpuprov.VolumeRequest{{Name: "v", SizeGB: 10, MountPath: "/a"}}}); !errors.Is(err, gpuprov.ErrInvalidRequest) ||
+		!strings.Contains(err.Error(), "a volume attaches to one machine at a time") {
+		t.Errorf("a replacement policy with volumes: %v", err)
+	}
+	if _, err := p.LaunchCluster(ctx, gpuprov.ClusterRequest{Name: "c", Nodes: 2, Node: gpuprov.Request{GPU: "H100-80GB",
+		Volumes: []gpuprov.VolumeRequest{{Name: "v", SizeGB: 10, MountPath: "/a"}}}}); !errors.Is(err, gpuprov.ErrInvalidRequest) ||
+		!strings.Contains(err.Error(), "node.volumes") {
+		t.Errorf("a cluster whose nodes name a volume: %v", err)
+	}
 	after, _ := e.srv.Instances(cloudName)
 	if len(after) != len(before) {
 		t.Errorf("bad requests made instances: %d → %d", len(before), len(after))
