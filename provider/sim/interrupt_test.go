@@ -191,6 +191,7 @@ func TestInterruptionNoticeReplacesBeforeTheReclaim(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the hook was not called")
 	}
+	t.Logf("hook called with %v left (reclaim at %v)", c.in.Left, reclaimAt)
 	if c.in.Left < 25*time.Second || c.in.Left > 30*time.Second {
 		t.Errorf("hook called with %v left, want about 30s", c.in.Left)
 	}
