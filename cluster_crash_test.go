@@ -38,7 +38,7 @@ func runClusterCrash(t *testing.T, k int) (writes int, crashed bool) {
 	nodeOpts := []gpuprov.Option{gpuprov.WithConnector(fn), gpuprov.WithBootstrapper(fn), gpuprov.WithJoiner(fn)}
 	cj := &crashJournal{Journal: e.j, left: k}
 	p1 := e.provisioner(cj, nodeOpts...)
-	_, err := p1.LaunchCluster(context.Background(), gpuprov.ClusterRequest{Name: "gpu", Nodes: 3, Node: h100("")})
+	_, err := p1.LaunchCluster(cj.dying(), gpuprov.ClusterRequest{Name: "gpu", Nodes: 3, Node: h100("")})
 	cj.mu.Lock()
 	crashed, writes = cj.crashed, cj.writes
 	cj.mu.Unlock()
@@ -53,6 +53,11 @@ func runClusterCrash(t *testing.T, k int) (writes int, crashed bool) {
 		return writes, false
 	}
 
+	if rows, _ := e.j.ListVMs(context.Background(), journal.ListOptions{Cluster: "gpu"}); testing.Verbose() {
+		for _, r := range rows {
+			t.Logf("k=%d: after the crash %s %s/%s attempt %d", k, r.Name, r.State, r.Phase, r.Attempt)
+		}
+	}
 	clk.Advance(2 * time.Minute)
 	db2, err := sqlite.Open(context.Background(), e.path)
 	if err != nil {
@@ -109,7 +114,11 @@ func checkCluster(t *testing.T, e *env, fn *fakeNodes, k int, recovered bool) {
 	// cluster with any node journaled ends with all three ready.
 	rows, _ := e.j.ListVMs(context.Background(), journal.ListOptions{Cluster: "gpu"})
 	if len(rows) > 0 && len(ready) != 3 {
-		t.Fatalf("k=%d: only %v of 3 nodes ready (recovered: %v)", k, ready, recovered)
+		var story strings.Builder
+		for _, row := range rows {
+			fmt.Fprintf(&story, "\n%s %s (%s):%s", row.Name, row.State, row.LastError, e.story(row.Name))
+		}
+		t.Fatalf("k=%d: only %v of 3 nodes ready (recovered: %v)%s", k, ready, recovered, story.String())
 	}
 	if len(rows) == 0 && len(e.live()) != 0 {
 		t.Fatalf("k=%d: no node journaled, yet instances %+v run", k, e.live())
@@ -154,7 +163,7 @@ func TestRecoverWithoutJoinerSkipsClusterNodes(t *testing.T) {
 	fn := newFakeNodes()
 	cj := &crashJournal{Journal: e.j, left: 4}
 	p1 := e.provisioner(cj, gpuprov.WithConnector(fn), gpuprov.WithJoiner(fn))
-	p1.LaunchCluster(context.Background(), gpuprov.ClusterRequest{Name: "pair", Nodes: 2, Node: h100("")})
+	p1.LaunchCluster(cj.dying(), gpuprov.ClusterRequest{Name: "pair", Nodes: 2, Node: h100("")})
 	p1.Close()
 	clk.Advance(2 * time.Minute)
 	rep, err := e.provisioner(e.j, gpuprov.WithConnector(fn)).Recover(context.Background())
@@ -190,7 +199,7 @@ func TestRecoveredClusterIsAllOrNothing(t *testing.T) {
 	nodeOpts := []gpuprov.Option{gpuprov.WithConnector(fn), gpuprov.WithBootstrapper(fn), gpuprov.WithJoiner(fn)}
 	cj := &crashJournal{Journal: e.j, left: 2}
 	p1 := e.provisioner(cj, nodeOpts...)
-	p1.LaunchCluster(context.Background(), gpuprov.ClusterRequest{Name: "gpu", Nodes: 3, Node: h100("")})
+	p1.LaunchCluster(cj.dying(), gpuprov.ClusterRequest{Name: "gpu", Nodes: 3, Node: h100("")})
 	p1.Close()
 	if !cj.crashed {
 		t.Fatal("the journal did not die")

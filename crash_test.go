@@ -51,6 +51,27 @@ func (c *crashJournal) write() error {
 	return nil
 }
 
+// dying returns a context that ends when the journal dies. A process
+// killed there does nothing more; the test's process lives on, and what it
+// still runs must not act for the dead one. A driver that cannot confirm
+// its lease waits for the journal (lease.go's fence) and sleeps on the
+// test's shared fake clock while it waits: without this, it moved the
+// clock to the launch's deadline before the Recover, which then found
+// every launch out of time.
+func (c *crashJournal) dying() context.Context {
+	ctx, kill := context.WithCancelCause(context.Background())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev := c.onCrash
+	c.onCrash = func() {
+		if prev != nil {
+			prev()
+		}
+		kill(errCrash)
+	}
+	return ctx
+}
+
 func (c *crashJournal) Commit(ctx context.Context, s *journal.Step) error {
 	if err := c.write(); err != nil {
 		return err
@@ -490,5 +511,77 @@ func TestRecoverAtOnceAfterAQueuedCreate(t *testing.T) {
 				t.Fatalf("%d creates on a cloud that honours the token, want 2: the create replayed", creates)
 			}
 		})
+	}
+}
+
+// stepJournal passes every write through until one that starts attempt n
+// of some VM; the writes after it fail, as if the process died there.
+type stepJournal struct {
+	*crashJournal
+	n int
+}
+
+func (s *stepJournal) Commit(ctx context.Context, st *journal.Step) error {
+	err := s.crashJournal.Commit(ctx, st)
+	for _, a := range st.Attempts {
+		if a.N == s.n && a.State == journal.AttemptActive {
+			s.mu.Lock()
+			s.left = 0
+			s.mu.Unlock()
+		}
+	}
+	return err
+}
+
+// TestResumedAttemptPaysWhatEarlierAttemptsOwe: attempt 1 met a stockout
+// in zone 1a and left its side resources for the next attempt to clean up
+// (it might have been in the same zone); attempt 2, in 1b, was journaled
+// started, and the process died before that cleanup was done. The Recover
+// that resumes attempt 2 cleans up 1a first, as a new attempt would have:
+// the ready VM keeps only its own zone's side resources.
+func TestResumedAttemptPaysWhatEarlierAttemptsOwe(t *testing.T) {
+	clk := clock.NewFake(t0)
+	stop := clk.AutoAdvance()
+	defer stop()
+	fakes := standardFakes(clk)
+	a := fakes[0]
+	var dead atomic.Bool
+	a.Script(
+		&pt.Rule{Op: pt.OpCreate, Match: func(c *pt.Call) bool { return c.Location.Zone == "us-east-1a" }, Err: pe(provider.Capacity, "none")},
+		// While the first process lives, its cleanup of 1a does not get
+		// through: it dies owing it.
+		&pt.Rule{Op: pt.OpCleanup, Match: func(c *pt.Call) bool { return !dead.Load() && c.Location.Zone == "us-east-1a" }, Err: pe(provider.Transient, "try again")},
+	)
+	e := newEnvWith(t, clk, fakes)
+	e.p.Close()
+	sj := &stepJournal{crashJournal: &crashJournal{Journal: e.j, left: -1}, n: 2}
+	p1 := e.provisioner(sj)
+	if _, err := p1.Launch(context.Background(), h100("owes")); err == nil {
+		t.Fatal("the launch survived its journal's death")
+	}
+	p1.Close()
+	dead.Store(true)
+	as, err := e.j.Attempts(context.Background(), "owes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(as) != 2 || as[0].CleanedUp || as[1].State != journal.AttemptActive || !slices.Contains(e.sideOf("owes"), "a:owes|us-east/us-east-1a") {
+		t.Fatalf("the crash did not leave attempt 1's cleanup owed with attempt 2 started: attempts %+v, side %v", as, e.sideOf("owes"))
+	}
+	clk.Advance(2 * time.Minute)
+	rep, err := e.provisioner(e.j).Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Resumed["owes"]; err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	row := e.assertClean("owes")
+	if row.State != journal.StateReady || row.Zone != "us-east-1b" {
+		t.Fatalf("recovered VM %s in %s, want ready in us-east-1b", row.State, row.Zone)
+	}
+	as, _ = e.j.Attempts(context.Background(), "owes")
+	if !as[0].CleanedUp {
+		t.Fatalf("attempt 1's cleanup is still owed in the journal: %+v", as[0])
 	}
 }

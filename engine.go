@@ -387,6 +387,20 @@ func (d *driver) provision(ctx context.Context) error {
 				return err
 			}
 		case cur.State == journal.AttemptActive:
+			// What earlier attempts owe elsewhere is paid before the
+			// resumed attempt goes on, as startAttempt pays it before a
+			// new one: the crash may have come between the attempt's
+			// start and the payment's journaling.
+			paid, err := d.payOwed(ctx, cur)
+			if len(paid) > 0 {
+				if d.pending == nil {
+					d.pending = &journal.Step{}
+				}
+				d.pending.Attempts = append(d.pending.Attempts, paid...)
+			}
+			if err != nil {
+				return d.stuck(ctx, fmt.Errorf("cleaning up after an earlier attempt: %w", err))
+			}
 			if end, err := d.attempt(ctx, cur, true); end {
 				return err
 			}

@@ -2,7 +2,9 @@ package gpuprov_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -193,21 +195,21 @@ func (e *env) assertClean(name string) journal.VM {
 	switch row.State {
 	case journal.StateReady:
 		if len(mine) != 1 || mine[0].ID != row.InstanceID {
-			e.t.Fatalf("ready VM %s with instance %q has live instances %+v", name, row.InstanceID, mine)
+			e.t.Fatalf("ready VM %s with instance %q has live instances %+v%s", name, row.InstanceID, mine, e.story(name))
 		}
 		want := []string{row.Provider + ":" + name + "|" + provider.Location{Region: row.Region, Zone: row.Zone}.String()}
 		if pf := e.paced[row.Provider]; pf != nil && pf.QuietPrepare {
 			want = nil // its Prepare makes nothing
 		}
 		if got := e.sideOf(name); !equal(got, want) {
-			e.t.Fatalf("side resources of ready VM %s: %v, want %v", name, got, want)
+			e.t.Fatalf("side resources of ready VM %s: %v, want %v%s", name, got, want, e.story(name))
 		}
 	case journal.StateFailed, journal.StateDeleted:
 		if len(mine) != 0 {
-			e.t.Fatalf("%s VM %s leaks instances %+v", row.State, name, mine)
+			e.t.Fatalf("%s VM %s leaks instances %+v%s", row.State, name, mine, e.story(name))
 		}
 		if got := e.sideOf(name); len(got) != 0 {
-			e.t.Fatalf("%s VM %s leaks side resources %v", row.State, name, got)
+			e.t.Fatalf("%s VM %s leaks side resources %v%s", row.State, name, got, e.story(name))
 		}
 	default:
 		e.t.Fatalf("VM %s ended in active state %s (%s)", name, row.State, row.LastError)
@@ -223,6 +225,20 @@ func (e *env) assertClean(name string) journal.VM {
 		}
 	}
 	return row
+}
+
+// story is the journal's events of VM name, one a line, for a failure
+// message that says how the VM got where it is.
+func (e *env) story(name string) string {
+	evs, err := e.j.Events(context.Background(), journal.EventQuery{VM: name})
+	if err != nil {
+		return "\n(no events: " + err.Error() + ")"
+	}
+	var b strings.Builder
+	for _, ev := range evs {
+		fmt.Fprintf(&b, "\n  %s a%d %s %s %s %s", ev.Time.Format("15:04:05.000"), ev.Attempt, ev.Type, ev.Phase, ev.InstanceID, ev.Message)
+	}
+	return b.String()
 }
 
 func (e *env) sideOf(vm string) []string {
