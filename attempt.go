@@ -88,7 +88,7 @@ func (d *driver) spec(a *journal.Attempt) *provider.InstanceSpec {
 		VM: d.row.Name, Installation: d.p.j.Installation(), Attempt: a.N, IdempotencyToken: a.Token,
 		SSHUser: firstNonEmpty(d.req.SSHUser, d.p.sshUser), AuthorizedKeys: d.p.authKeys,
 		HostKey: d.hostKeys[a.N], OpenPorts: d.req.OpenPorts, SourceRanges: d.req.SourceRanges, Image: d.req.Image,
-		UserLabels: d.req.Labels, PlacementGroup: d.placementGroup,
+		UserLabels: d.req.Labels, PlacementGroup: d.placementGroup, Volumes: d.mounts,
 	}
 }
 
@@ -197,6 +197,11 @@ func (d *driver) newHostKey(pp *paced, a *journal.Attempt) error {
 // if it landed, so that a 5xx costs a backoff, not the listing lag. Every
 // resend is journaled (its send time) before it goes out.
 func (d *driver) create(ctx context.Context, pp *paced, o *provider.Offer, a *journal.Attempt, resumed bool) error {
+	mounts, err := d.createMounts(ctx, pp)
+	if err != nil {
+		return err
+	}
+	d.mounts = mounts
 	observeFirst := resumed
 	replay := pp.caps.Supports(provider.FeatureIdempotencyToken) && a.Token != ""
 	sharedGone := 0

@@ -123,6 +123,9 @@ type driver struct {
 	// owners maps the instances of a replaced VM's attempts to their
 	// attempt (interrupt.go): its looks leave out the other attempts'.
 	owners map[string]int
+	// mounts are the volumes the create of the current attempt attaches,
+	// on a provider whose volumes attach at create (volumes.go).
+	mounts []provider.VolumeMount
 }
 
 // unsent is what an attempt is known not to have sent.

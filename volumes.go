@@ -108,6 +108,14 @@ func (p *Provisioner) volumeMisfit(req *Request, o *provider.Offer, existing map
 		return "no persistent volumes on " + o.Provider
 	}
 	lim := vm.VolumeLimits()
+	if lim.MaxPerInstance > 0 && len(req.Volumes) > lim.MaxPerInstance {
+		return fmt.Sprintf("%d volumes asked; an instance of %s takes at most %d", len(req.Volumes), o.Provider, lim.MaxPerInstance)
+	}
+	if lim.Scope == provider.VolumeZonal && o.Location.Zone == "" {
+		// A zonal volume is made in the offer's zone: an offer of a
+		// region (a provider configured without zones) names none.
+		return fmt.Sprintf("%s's volumes are zonal and the offer names no zone (configure zones)", o.Provider)
+	}
 	for _, v := range req.Volumes {
 		if row, ok := existing[v.Name]; ok {
 			if row.Provider != o.Provider || row.Region != o.Location.Region || lim.Scope == provider.VolumeZonal && row.Zone != o.Location.Zone {
@@ -246,6 +254,42 @@ func (d *driver) ensureVolumes(ctx context.Context, pp *paced, o *provider.Offer
 	return nil
 }
 
+// attachesAtCreate reports whether pp's volumes are attached by its
+// Create (provider.VolumeLimits.AttachAtCreate), and its limits.
+func attachesAtCreate(pp *paced) (provider.VolumeLimits, bool) {
+	vm, ok := pp.CloudProvider.(provider.VolumeManager)
+	if !ok {
+		return provider.VolumeLimits{}, false
+	}
+	lim := vm.VolumeLimits()
+	return lim, lim.AttachAtCreate
+}
+
+// createMounts returns the volumes the create on pp attaches: the VM's
+// volumes, as the journal has them, on a provider whose volumes attach at
+// create; none elsewhere. Each was made and claimed by ensureVolumes.
+func (d *driver) createMounts(ctx context.Context, pp *paced) ([]provider.VolumeMount, error) {
+	if _, at := attachesAtCreate(pp); !at || len(d.req.Volumes) == 0 {
+		return nil, nil
+	}
+	vj, err := d.p.volumeJournal()
+	if err != nil {
+		return nil, err
+	}
+	var mounts []provider.VolumeMount
+	for _, vr := range d.req.Volumes {
+		row, ok, err := d.volumeRow(ctx, vj, vr.Name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok || row.VM != d.row.Name || row.CloudID == "" {
+			return nil, provider.Errorf(provider.InvalidRequest, pp.Name(), "volume", "volume %s is not this VM's (held by %q)", vr.Name, row.VM)
+		}
+		mounts = append(mounts, provider.VolumeMount{ID: row.CloudID, Name: row.Name, MountPath: row.MountPath})
+	}
+	return mounts, nil
+}
+
 // mountVolumes attaches the VM's volumes to its instance and mounts them
 // over conn: a volume is formatted only when the machine's blkid says it
 // holds no file system (exit 2), never by assumption. Each step is
@@ -272,20 +316,38 @@ func (d *driver) mountVolumes(ctx context.Context, a *journal.Attempt) error {
 			return provider.Errorf(provider.InvalidRequest, pp.Name(), "volume", "volume %s is not this VM's (held by %q)", vr.Name, row.VM)
 		}
 		loc := provider.Location{Region: row.Region, Zone: row.Zone}
-		var dev string
-		if err := d.retry(ctx, pp, a, "attach volume", func(ctx context.Context) (err error) {
-			dev, err = vm.AttachVolume(ctx, loc, row.CloudID, d.row.InstanceID)
-			return err
-		}); err != nil {
-			return err
-		}
-		if row.State != journal.VolumeAttached || row.Device != dev {
-			row.State, row.Device = journal.VolumeAttached, dev
-			if row, err = d.writeVolume(ctx, row, false, fmt.Sprintf("attached %s to %s as %s", row.Name, d.row.InstanceID, dev)); err != nil {
+		cmd := ""
+		if lim, at := attachesAtCreate(pp); at {
+			// The create attached it and the cloud mounts it: the machine
+			// is asked to show it at its path.
+			fixed := ""
+			if lim.FixedMount != "" {
+				fixed = fmt.Sprintf(lim.FixedMount, provider.VolumeResourceName(row.Name))
+			}
+			if row.State != journal.VolumeAttached {
+				row.State, row.Device = journal.VolumeAttached, fixed
+				if row, err = d.writeVolume(ctx, row, false, fmt.Sprintf("attached %s to %s at its create", row.Name, d.row.InstanceID)); err != nil {
+					return err
+				}
+			}
+			cmd = mountedCommand(fixed, row.MountPath)
+		} else {
+			var dev string
+			if err := d.retry(ctx, pp, a, "attach volume", func(ctx context.Context) (err error) {
+				dev, err = vm.AttachVolume(ctx, loc, row.CloudID, d.row.InstanceID)
+				return err
+			}); err != nil {
 				return err
 			}
+			if row.State != journal.VolumeAttached || row.Device != dev {
+				row.State, row.Device = journal.VolumeAttached, dev
+				if row, err = d.writeVolume(ctx, row, false, fmt.Sprintf("attached %s to %s as %s", row.Name, d.row.InstanceID, dev)); err != nil {
+					return err
+				}
+			}
+			cmd = mountCommand(row.Device, row.MountPath)
 		}
-		out, stderr, err := d.conn.Run(ctx, mountCommand(row.Device, row.MountPath))
+		out, stderr, err := d.conn.Run(ctx, cmd)
 		if err != nil {
 			return &phaseError{PhaseBootstrap, fmt.Errorf("mounting volume %s at %s: %w: %s", row.Name, row.MountPath, err, strings.TrimSpace(string(stderr)))}
 		}
@@ -299,16 +361,47 @@ func (d *driver) mountVolumes(ctx context.Context, a *journal.Attempt) error {
 	return nil
 }
 
+// deviceWait is how many seconds mountCommand waits for a device to appear.
+const deviceWait = 60
+
 // mountCommand formats dev only when blank (blkid exit 2: no file system),
 // and mounts it at path. Paths are taken under GPUPROV_ROOT, which is
 // empty on a real machine (the simulated cloud's sandboxes set it).
+//
+// It first waits for dev to appear (up to deviceWait): a cloud may say a
+// volume is attached before the machine's udev has made its by-id link,
+// and blkid of a path that does not exist exits 2 as for a blank device —
+// were the link to appear between blkid and mkfs, a volume holding data
+// would be formatted.
 func mountCommand(dev, mountPath string) string {
 	q := ssh.Quote
 	return "set -e; s=; [ \"$(id -u)\" = 0 ] || s='sudo -n'; d=" + q(dev) + "; m=\"${GPUPROV_ROOT:-}\"" + q(mountPath) + "\n" +
+		fmt.Sprintf("i=0; while [ ! -e \"$d\" ]; do i=$((i+1)); if [ $i -gt %d ]; then echo \"device $d did not appear in %d s\" >&2; exit 1; fi; sleep 1; done\n", deviceWait, deviceWait) +
 		"if $s blkid \"$d\" >/dev/null 2>&1; then :; else rc=$?; if [ $rc -eq 2 ]; then $s mkfs.ext4 -q \"$d\"; echo formatted; " +
 		"else echo \"blkid $d: exit $rc\" >&2; exit 1; fi; fi\n" +
 		"$s mkdir -p \"$m\"\n" +
 		"if ! $s mountpoint -q \"$m\"; then $s mount \"$d\" \"$m\"; echo \"mounted at $m\"; fi"
+}
+
+// mountedCommand checks that a volume the cloud mounted at create is at
+// mountPath: with fixed (the cloud's own path) it waits for fixed to be a
+// mount point and links mountPath to it; otherwise it waits for mountPath
+// to be one. Both up to deviceWait. Paths are taken under GPUPROV_ROOT, as
+// in mountCommand.
+func mountedCommand(fixed, mountPath string) string {
+	q := ssh.Quote
+	wait := func(path string) string {
+		return fmt.Sprintf("i=0; while ! $s mountpoint -q %s; do i=$((i+1)); if [ $i -gt %d ]; then echo \"%s is not mounted after %d s\" >&2; exit 1; fi; sleep 1; done\n",
+			path, deviceWait, strings.ReplaceAll(path, `"`, ""), deviceWait)
+	}
+	cmd := "set -e; s=; [ \"$(id -u)\" = 0 ] || s='sudo -n'; r=\"${GPUPROV_ROOT:-}\"; m=\"$r\"" + q(mountPath) + "\n"
+	if fixed == "" {
+		return cmd + wait(`"$m"`) + "echo \"mounted at $m\""
+	}
+	return cmd + "f=\"$r\"" + q(fixed) + "\n" + wait(`"$f"`) +
+		"if [ \"$(readlink \"$m\" 2>/dev/null)\" != \"$f\" ]; then\n" +
+		"  if [ -e \"$m\" ] && [ ! -L \"$m\" ]; then $s rmdir \"$m\" 2>/dev/null || { echo \"$m exists and is not an empty directory\" >&2; exit 1; }; fi\n" +
+		"  $s mkdir -p \"$(dirname \"$m\")\"; $s ln -sfn \"$f\" \"$m\"; echo \"linked $m to $f\"\nfi"
 }
 
 // releaseVolumes lets go of the VM's volumes once its instances are gone

@@ -26,7 +26,9 @@ const (
 type VolumeSpec struct {
 	// Name is the volume's name in the journal (the user's); the cloud
 	// resource is named and labelled from it and the installation, as
-	// every resource of gpuprov is (gpuprov-<name>, LabelInstallation).
+	// every resource of gpuprov is: named VolumeResourceName(name)
+	// (gpuprov--<name>, where the cloud names resources), labelled
+	// LabelVM = name, LabelInstallation and LabelVolume = "true".
 	Name         string
 	Installation string
 	// SizeGB is the volume's size.
@@ -70,8 +72,27 @@ type VolumeLimits struct {
 	// MinGB and MaxGB bound the size; MaxGB 0: no bound known.
 	MinGB, MaxGB int
 	// AttachAtCreate says a volume is attached by Create
-	// (InstanceSpec.Volumes), not by AttachVolume on a running instance.
+	// (InstanceSpec.Volumes), not by AttachVolume on a running instance
+	// (which such a provider implements as an error). The cloud mounts
+	// it: at VolumeMount.MountPath, or, where the cloud chooses the path,
+	// at FixedMount, which the core links MountPath to.
 	AttachAtCreate bool
+	// FixedMount, with AttachAtCreate, is where the cloud mounts a volume
+	// whatever the create asks: a format with one %s, the volume's cloud
+	// name (its VolumeResourceName); empty: at VolumeMount.MountPath.
+	FixedMount string
+	// MaxPerInstance is how many volumes one instance can have; 0: no
+	// bound known.
+	MaxPerInstance int
+}
+
+// VolumeMount is a volume an instance is created with
+// (InstanceSpec.Volumes).
+type VolumeMount struct {
+	// ID is the cloud's id of the volume (Volume.ID); Name the journal's.
+	ID, Name string
+	// MountPath is where the machine should see it (absolute).
+	MountPath string
 }
 
 // VolumeManager is implemented by providers with persistent volumes. Every

@@ -76,6 +76,13 @@ var codeKinds = map[string]provider.ErrorKind{
 	"KeyPairLimitExceeded":               provider.Quota,
 	"ResourceLimitExceeded":              provider.Quota,
 	"PlacementGroupLimitExceeded":        provider.Quota, // EnsurePlacementGroup: the account's placement groups
+	// AttachVolume (volume.go): the instance has as many volumes attached
+	// as its type allows (client table; AttachVolume's reference: "If you
+	// exceed the volume attachment limit for an instance type, the
+	// attachment request fails with the AttachmentLimitExceeded error",
+	// https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_AttachVolume.html):
+	// a limit of the instance type, so it blocks the offer (codeScopes).
+	"AttachmentLimitExceeded": provider.Quota,
 	// not viable here; nothing was created
 	"Unsupported":                       provider.Unavailable, // e.g. the instance type is not offered in the zone (offer)
 	"UnsupportedOperation":              provider.Unavailable, // e.g. the type is not supported by the AMI
@@ -151,6 +158,23 @@ var codeKinds = map[string]provider.ErrorKind{
 	"InvalidCapacityReservationId.Malformed":  provider.InvalidRequest,
 	"InvalidCapacityBlockOfferingIdMalformed": provider.InvalidRequest, // client table: not an offering id
 	"IllegalArgumentException":                provider.InvalidRequest, // Service Quotas: a bad argument
+	// EBS volumes (volume.go), client table of the page above: the volume
+	// does not exist, its id is malformed, it is in another zone than the
+	// instance, it is attached to an instance (detach it first), or a
+	// detach names an attachment that does not exist. volume.go reads some of
+	// them first: VolumeInUse matches provider.ErrInUse (Transient while
+	// the holder is being deleted); InvalidVolume.NotFound is success at
+	// DetachVolume and DeleteVolume, InvalidAttachment.NotFound at
+	// DetachVolume. InsufficientVolumeCapacity (Capacity, zone),
+	// VolumeLimitExceeded, MaxIOPSLimitExceeded (Quota, region),
+	// VolumeTypeNotAvailableInZone (Unavailable, zone) and IncorrectState
+	// (Transient: a volume still being created) are above.
+	"InvalidVolume.NotFound":       provider.InvalidRequest,
+	"InvalidVolumeID.Malformed":    provider.InvalidRequest,
+	"InvalidVolume.ZoneMismatch":   provider.InvalidRequest,
+	"InvalidVolumeID.ZoneMismatch": provider.InvalidRequest,
+	"VolumeInUse":                  provider.InvalidRequest,
+	"InvalidAttachment.NotFound":   provider.InvalidRequest,
 	// credentials and account standing: abort, block the provider
 	"AuthFailure":                provider.Credentials,
 	"UnauthorizedOperation":      provider.Credentials,
@@ -211,6 +235,7 @@ var codeScopes = map[string]provider.Scope{
 	"DefaultVpcDoesNotExist":            provider.ScopeRegion,
 	"MaxSpotInstanceCountExceeded":      provider.ScopeSpot,
 	"VcpuLimitExceeded":                 provider.ScopeFamily,
+	"AttachmentLimitExceeded":           provider.ScopeOffer,
 }
 
 // apiCause returns the vendor error inside err when err is already a

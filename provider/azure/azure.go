@@ -41,6 +41,7 @@ type Provider struct {
 	own          *http.Client // the adapter's own HTTP client (without WithEndpoint)
 
 	vms   *armcompute.VirtualMachinesClient
+	disks *armcompute.DisksClient // persistent volumes (volume.go)
 	crgs  *armcompute.CapacityReservationGroupsClient
 	crs   *armcompute.CapacityReservationsClient
 	usage *armcompute.UsageClient
@@ -182,6 +183,9 @@ func (p *Provider) dial() error {
 	sub := p.cfg.SubscriptionID
 	var err error
 	if p.vms, err = armcompute.NewVirtualMachinesClient(sub, p.cred, opts); err != nil {
+		return err
+	}
+	if p.disks, err = armcompute.NewDisksClient(sub, p.cred, opts); err != nil {
 		return err
 	}
 	if p.crgs, err = armcompute.NewCapacityReservationGroupsClient(sub, p.cred, opts); err != nil {
@@ -387,4 +391,5 @@ var (
 	_ provider.Diagnoser     = (*Provider)(nil)
 	_ provider.Lister        = (*Provider)(nil)
 	_ provider.QuotaReader   = (*Provider)(nil)
+	_ provider.VolumeManager = (*Provider)(nil)
 )

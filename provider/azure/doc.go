@@ -60,6 +60,12 @@
 //	NoticeProbe  (provider.NoticeWatcher) no API call: a shell command the core
 //	          runs on the machine, IMDS Scheduled Events, with the documented
 //	          approval as the notice's Ack (notice.go)
+//	Volumes   (provider.VolumeManager) Premium SSD managed disks gpuprov--<name>
+//	          in a zone: GET+PUT disks (create), GET disks (observe), PATCH
+//	          virtualMachines/<name> with storageProfile.dataDisks (attach at
+//	          the lowest free LUN, /dev/disk/azure/scsi1/lun<N>; detach by
+//	          toBeDetached), DELETE disks; each operation polled, bounded
+//	          (volume.go)
 //
 // Every call is one attempt: the pipelines' retry policy is off
 // (MaxRetries -1) and so is automatic resource provider registration; the

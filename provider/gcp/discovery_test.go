@@ -30,12 +30,16 @@ const (
 var updateDiscovery = flag.Bool("update-discovery", false,
 	"rewrite "+discoveryCopy+" from "+apiModule+"'s "+discoveryInMod)
 
-// discoveryMethods are the methods whose requests the check reads.
-var discoveryMethods = [][2]string{{"instances", "insert"}, {"firewalls", "insert"}, {"firewalls", "update"}, {"resourcePolicies", "insert"}}
+// discoveryMethods are the methods whose requests the check reads (the
+// volumes' disks and attach/detach calls: volume_test.go).
+var discoveryMethods = [][2]string{{"instances", "insert"}, {"firewalls", "insert"}, {"firewalls", "update"}, {"resourcePolicies", "insert"},
+	{"disks", "insert"}, {"disks", "delete"}, {"instances", "attachDisk"}, {"instances", "detachDisk"}}
 
 // discoveryReads are the methods whose responses the adapter reads and the
-// test mock answers: Plan's reservation listing and Quotas' reads.
-var discoveryReads = [][2]string{{"reservations", "aggregatedList"}, {"regions", "get"}, {"projects", "get"}}
+// test mock answers: Plan's reservation listing, Quotas' reads, and the
+// volumes' disks.get and instances.get.
+var discoveryReads = [][2]string{{"reservations", "aggregatedList"}, {"regions", "get"}, {"projects", "get"},
+	{"disks", "get"}, {"instances", "get"}}
 
 // discoveryDoc is the part of a Google API Discovery document
 // (https://developers.google.com/discovery/v1/reference/apis) the check

@@ -158,6 +158,8 @@ type Provider struct {
 	reservations *compute.ReservationsClient
 	regions      *compute.RegionsClient
 	projects     *compute.ProjectsClient
+	// disks serves the persistent volumes (volume.go).
+	disks *compute.DisksClient
 
 	now func() time.Time // WithClock; time.Now
 }
@@ -349,6 +351,9 @@ func (p *Provider) dial(ctx context.Context) error {
 	if p.regions, err = compute.NewRegionsRESTClient(ctx, p.clientOpts...); err != nil {
 		return err
 	}
+	if p.disks, err = compute.NewDisksRESTClient(ctx, p.clientOpts...); err != nil {
+		return err
+	}
 	p.projects, err = compute.NewProjectsRESTClient(ctx, p.clientOpts...)
 	return err
 }
@@ -382,6 +387,9 @@ func (p *Provider) Close() error {
 	}
 	if p.projects != nil {
 		errs = append(errs, p.projects.Close())
+	}
+	if p.disks != nil {
+		errs = append(errs, p.disks.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -48,15 +48,16 @@ func (p *Provider) VolumeLimits() provider.VolumeLimits {
 	return provider.VolumeLimits{Scope: provider.VolumeZonal, MinGB: minVolumeGB, MaxGB: maxVolumeGB}
 }
 
-// volumeLabels are the labels of spec's volume: the request's, and the
+// volumeLabels are the labels of spec's volume: the request's, the
 // identity of every gpuprov resource (the journal's name under
-// provider.LabelVM, the installation under provider.LabelInstallation).
+// provider.LabelVM, the installation under provider.LabelInstallation)
+// and provider.LabelVolume, as on every cloud's volumes.
 func (p *Provider) volumeLabels(spec *provider.VolumeSpec) map[string]string {
 	m := maps.Clone(spec.UserLabels)
 	if m == nil {
 		m = map[string]string{}
 	}
-	m[provider.LabelVM], m[provider.LabelInstallation] = spec.Name, p.volumeInstallation(spec)
+	m[provider.LabelVM], m[provider.LabelInstallation], m[provider.LabelVolume] = spec.Name, p.volumeInstallation(spec), "true"
 	return m
 }
 
@@ -68,7 +69,7 @@ func (p *Provider) volumeInstallation(spec *provider.VolumeSpec) string {
 }
 
 // CreateVolume creates spec's volume in spec.Location.Zone, named
-// provider.ResourceName(spec.Name), with the idempotency token (unless
+// provider.VolumeResourceName(spec.Name), with the idempotency token (unless
 // NoIdempotencyToken). A size outside VolumeLimits, or a location without
 // a zone, is InvalidRequest before any call. A volume of that name that
 // exists (the server's 409 conflict: another token, or a create whose
@@ -84,7 +85,7 @@ func (p *Provider) CreateVolume(ctx context.Context, spec provider.VolumeSpec) (
 	case spec.Location.Zone == "":
 		return provider.Volume{}, provider.Errorf(provider.InvalidRequest, p.name, "create volume", "volume %s: the sim's volumes are zonal and location %s names no zone", spec.Name, spec.Location)
 	}
-	req := wireVolumeCreate{Name: provider.ResourceName(spec.Name), Zone: spec.Location.Zone, SizeGB: spec.SizeGB, Labels: p.volumeLabels(&spec)}
+	req := wireVolumeCreate{Name: provider.VolumeResourceName(spec.Name), Zone: spec.Location.Zone, SizeGB: spec.SizeGB, Labels: p.volumeLabels(&spec)}
 	if !p.cfg.NoIdempotencyToken {
 		req.IdempotencyToken = spec.IdempotencyToken
 	}

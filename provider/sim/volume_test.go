@@ -47,8 +47,8 @@ func TestVolumeManagerLifecycle(t *testing.T) {
 		t.Errorf("created %+v", v)
 	}
 	vols, _ := e.srv.Volumes(cloudName)
-	if len(vols) != 1 || vols[0].Name != "gpuprov-data" || vols[0].Labels[provider.LabelVM] != "data" ||
-		vols[0].Labels[provider.LabelInstallation] != installation || vols[0].Labels["team"] != "ml" {
+	if len(vols) != 1 || vols[0].Name != "gpuprov--data" || vols[0].Labels[provider.LabelVM] != "data" ||
+		vols[0].Labels[provider.LabelInstallation] != installation || vols[0].Labels[provider.LabelVolume] != "true" || vols[0].Labels["team"] != "ml" {
 		t.Errorf("the cloud's volume: %+v", vols)
 	}
 	if again, err := e.p.CreateVolume(ctx, volumeSpec("data")); err != nil || again.ID != v.ID {

@@ -35,8 +35,9 @@ type Volume struct {
 	// ID is the cloud's id ("vol-", 8 digits, 4 hex digits).
 	ID string `json:"id"`
 	// Name is unique among a zone's volumes; gpuprov names its volumes
-	// gpuprov-<name> and labels them with provider.LabelVM (the journal's
-	// name) and provider.LabelInstallation.
+	// gpuprov--<name> (provider.VolumeResourceName) and labels them with
+	// provider.LabelVM (the journal's name), provider.LabelInstallation
+	// and provider.LabelVolume.
 	Name   string            `json:"name"`
 	Labels map[string]string `json:"labels"`
 	Region string            `json:"region"`
