@@ -71,6 +71,9 @@ type cluster struct {
 	lbIngress    string
 	beforeCreate func(pod *corev1.Pod) // runs as a pod create arrives
 	beforeDelete func(pod *corev1.Pod) // runs as a pod delete arrives
+	// volumeFit, when set, is the scheduler's VolumeBinding filter: the
+	// reason node cannot have pod's claims ("" when it can).
+	volumeFit func(pod *corev1.Pod, node *corev1.Node) string
 }
 
 func newCluster(t *testing.T, nodes ...*corev1.Node) *cluster {
@@ -308,6 +311,12 @@ func (c *cluster) reconcile() {
 				if !matches(n.Labels, pod.Spec.NodeSelector) {
 					mismatch++
 					continue
+				}
+				if c.volumeFit != nil {
+					if r := c.volumeFit(pod, n); r != "" {
+						short[r]++
+						continue
+					}
 				}
 				if fits(n, used[n.Name], want) {
 					chosen = n

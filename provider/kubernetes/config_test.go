@@ -59,7 +59,7 @@ func TestConfigFromGoTOMLAndJSON(t *testing.T) {
 		Config: Config{Kubeconfig: file, Context: "east-gpu", Namespace: "gpu-jobs", Regions: []string{"east"},
 			Image: "registry.example/cuda-sshd:12.4", ServiceType: "LoadBalancer",
 			Tolerations:  []Toleration{{Key: "nvidia.com/gpu", Operator: "Exists", Effect: "NoSchedule"}, {Key: "pool", Value: "a100"}},
-			RuntimeClass: "nvidia", GPUPricePerHour: 1.25, UnschedulableWindow: 3 * time.Minute,
+			RuntimeClass: "nvidia", StorageClass: "fast-ssd", GPUPricePerHour: 1.25, UnschedulableWindow: 3 * time.Minute,
 			PollInterval: 4 * time.Second, BootTimeout: 20 * time.Minute, DeleteTimeout: 6 * time.Minute,
 			RequestTimeout: 45 * time.Second, RequestsPerSecond: 15, Burst: 30,
 			SourceRanges: []string{"203.0.113.0/24", "2001:db8::/32"}},
@@ -75,6 +75,7 @@ tolerations = [
   { key = "pool", value = "a100" },
 ]
 runtime_class = "nvidia"
+storage_class = "fast-ssd"
 gpu_price_per_hour = 1.25
 unschedulable_window = "3m"
 poll_interval = "4s"
@@ -88,7 +89,7 @@ source_ranges = ["203.0.113.0/24", "2001:db8::/32"]
 		JSON: `{"kubeconfig": ` + quoted + `, "context": "east-gpu", "namespace": "gpu-jobs", "regions": ["east"],
 			"image": "registry.example/cuda-sshd:12.4", "service_type": "LoadBalancer",
 			"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, {"key": "pool", "value": "a100"}],
-			"runtime_class": "nvidia", "gpu_price_per_hour": 1.25, "unschedulable_window": "3m",
+			"runtime_class": "nvidia", "storage_class": "fast-ssd", "gpu_price_per_hour": 1.25, "unschedulable_window": "3m",
 			"poll_interval": "4s", "boot_timeout": "20m", "delete_timeout": "6m", "request_timeout": "45s",
 			"requests_per_second": 15, "burst": 30, "source_ranges": ["203.0.113.0/24", "2001:db8::/32"]}`,
 		Settings: func(t *testing.T, p provider.CloudProvider) any {
@@ -145,6 +146,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{Config{Kubeconfig: file, ServiceType: "ExternalName"}, "service_type"},
 		{Config{Kubeconfig: file, Tolerations: []Toleration{{Operator: "Equal"}}}, "tolerations[0]"},
 		{Config{Kubeconfig: file, GPUPricePerHour: -1}, "gpu_price_per_hour"},
+		{Config{Kubeconfig: file, StorageClass: "Fast SSD"}, `storage_class: "Fast SSD"`},
 		{Config{Kubeconfig: file, UnschedulableWindow: time.Hour}, "not shorter than boot_timeout"},
 	} {
 		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {

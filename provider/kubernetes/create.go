@@ -195,6 +195,9 @@ func (p *Provider) podFor(offer *provider.Offer, d detail, spec *provider.Instan
 	if p.cfg.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = new(p.cfg.RuntimeClass)
 	}
+	vols, mounts := volumesOf(spec)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, vols...)
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, mounts...)
 	return pod
 }
 
@@ -220,9 +223,19 @@ func (p *Provider) podFor(offer *provider.Offer, d detail, spec *provider.Instan
 //   - undecided when the window ends: the name is returned; Observe
 //     reports the pod Failed should it be unschedulable for the window.
 //
+// The instance's persistent volumes (spec.Volumes, made by CreateVolume)
+// go into the pod: each claim as a volume named like the claim, mounted
+// read-write in the container at its MountPath, where the kubelet mounts
+// it (the core then finds a mount point there). Each claim is read first
+// (persistentvolumeclaims.get): one that is gone, being deleted, lost or
+// not this installation's volume is InvalidRequest, before the pod is
+// made (see checkClaims).
+//
 // A pod of that name that exists already (a replayed create whose first
 // answer was lost) is adopted when it carries the VM's identity. A login
-// user that is not a user name is InvalidRequest before any call. A create
+// user that is not a user name, or a volume's mount path that is not
+// absolute and clean or meets the SSH keys' mount, is InvalidRequest
+// before any call. A create
 // an admission plugin refuses is classified by the plugin's message, one
 // the authorizer refuses is Credentials (see forbidden).
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.RawMessage, spec *provider.InstanceSpec) (string, error) {
@@ -239,6 +252,12 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	}
 	user, err := p.sshUser("create", spec)
 	if err != nil {
+		return "", err
+	}
+	if err := p.checkMounts("create", spec.Volumes); err != nil {
+		return "", err
+	}
+	if err := p.checkClaims(ctx, "create", spec); err != nil {
 		return "", err
 	}
 	if spec.HostKey != nil && spec.HostKey.PrivatePEM != "" {
@@ -339,11 +358,20 @@ func insufficientGPU(msg string) bool {
 // insufficient reports whether a scheduler message says nodes lack free
 // GPUs, CPU or memory (NodeResourcesFit's "Insufficient nvidia.com/gpu",
 // "Insufficient cpu", "Insufficient memory"): the pod's shape does not fit
-// what the nodes have left, the cluster's stockout.
+// what the nodes have left, the cluster's stockout. So is a persistent
+// volume the nodes' storage cannot make (VolumeBinding's
+// ErrReasonNotEnoughSpace, "node(s) did not have enough free storage",
+// pkg/scheduler/framework/plugins/volumebinding/binder.go: a CSI driver's
+// storage capacity, https://kubernetes.io/docs/concepts/storage/storage-capacity/).
 func insufficient(msg string) bool {
 	return insufficientGPU(msg) || strings.Contains(msg, "Insufficient "+string(corev1.ResourceCPU)) ||
-		strings.Contains(msg, "Insufficient "+string(corev1.ResourceMemory))
+		strings.Contains(msg, "Insufficient "+string(corev1.ResourceMemory)) ||
+		strings.Contains(msg, errReasonNotEnoughSpace)
 }
+
+// errReasonNotEnoughSpace is the scheduler's VolumeBinding reason for nodes
+// whose storage cannot make a pod's unbound claims (see insufficient).
+const errReasonNotEnoughSpace = "node(s) did not have enough free storage"
 
 // preconditions makes a delete apply only to the object with uid: a newer
 // object of the same name is never deleted in its place.

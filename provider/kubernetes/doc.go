@@ -20,6 +20,7 @@
 //	source_ranges      = ["203.0.113.0/24"] # LoadBalancer only: who may connect; default everyone
 //	gpu_price_per_hour = 1.2                # internal price: a cluster has no price list
 //	unschedulable_window = "2m"             # Insufficient nvidia.com/gpu this long → Capacity
+//	storage_class      = "fast-ssd"         # persistent volumes' claims; default the cluster's default class
 //
 // Tests build it with New and WithClientset (client-go's fake clientset), so
 // that no kubeconfig is read. One provider is one cluster: its Region is the
@@ -58,6 +59,20 @@
 //	Quotas    resourcequotas.list in the namespace (provider.QuotaReader):
 //	          requests.nvidia.com/gpu, pods, cpu and the per-VM Service and
 //	          Secret counts of status.hard with status.used
+//
+// Persistent volumes (provider.VolumeManager, volume.go) are
+// PersistentVolumeClaims gpuprov--<volume>, attached by Create:
+//
+//	CreateVolume   persistentvolumeclaims.create (ReadWriteOnce, <size>Gi,
+//	               storage_class); alreadyExists → get, adopt if ours
+//	ObserveVolume  persistentvolumeclaims.get
+//	Create         persistentvolumeclaims.get per volume, then the pod names
+//	               each claim in spec.volumes, mounted at its MountPath
+//	DeleteVolume   persistentvolumeclaims.get + pods.list (a pod naming the
+//	               claim: ErrInUse) + persistentvolumeclaims.delete with a
+//	               UID precondition; 404 is success
+//	DetachVolume   pods.get: success unless the pod names the claim
+//	AttachVolume   refused (InvalidRequest): volumes attach at create
 //
 // Every call is one attempt: client-go's own resending on a Retry-After
 // answer is defeated (noRetryAfter in kubeconfig.go), so the core is the

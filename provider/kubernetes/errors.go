@@ -100,6 +100,8 @@ var authorizerDenial = regexp.MustCompile(`User ".*" cannot \S+ (resource|path) 
 //	  quota needs requests/limits the pod does not set)
 //	maximum|minimum … usage per Container|Pod is …, … max limit   Unavailable, offer: the offer's
 //	  to request ratio per … (LimitRanger)                        shape; a smaller one may pass
+//	maximum|minimum storage usage per PersistentVolumeClaim is    Unavailable, region: a volume's
+//	  …, but request is … (LimitRanger on a claim, volume.go)     size, the same on every offer
 //	unable to … because there was an error enforcing limit        Transient
 //	  ranges (LimitRanger's lister failed)
 //	unable to create new content in namespace … because it is     Unavailable, region: termination
@@ -122,7 +124,7 @@ func forbidden(err error, message string) (provider.ErrorKind, provider.Scope) {
 		return provider.Transient, provider.ScopeDefault
 	case has("exceeded quota", "insufficient quota to consume"):
 		return provider.Quota, provider.ScopeDefault
-	case has("failed quota"):
+	case has("failed quota"), has("usage per persistentvolumeclaim is"):
 		return provider.Unavailable, provider.ScopeRegion
 	case has("usage per container is", "usage per pod is", "max limit to request ratio per",
 		"conflict: runtimeclass.scheduling.nodeselector"):

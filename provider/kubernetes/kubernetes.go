@@ -76,6 +76,13 @@ type Config struct {
 	// effect NoSchedule); an empty list means none. Plan offers only nodes
 	// whose NoSchedule and NoExecute taints these tolerate.
 	Tolerations []Toleration `toml:"tolerations" json:"tolerations"`
+	// StorageClass is the storageClassName of the PersistentVolumeClaims
+	// persistent volumes are made as (provider.VolumeManager, volume.go);
+	// empty means the cluster's default StorageClass, which the
+	// DefaultStorageClass admission plugin fills in. A class whose
+	// volumeBindingMode is WaitForFirstConsumer binds a claim to a zone
+	// when its first pod is scheduled.
+	StorageClass string `toml:"storage_class" json:"storage_class"`
 	// RuntimeClass is the pod's runtimeClassName ("nvidia" on clusters,
 	// k3s among them, whose NVIDIA runtime is not the default); empty
 	// means the cluster's default runtime.
@@ -173,6 +180,11 @@ func (c *Config) validate() error {
 	if c.RuntimeClass != "" {
 		if errs := validation.IsDNS1123Subdomain(c.RuntimeClass); len(errs) > 0 {
 			return fmt.Errorf("runtime_class: %q: %s", c.RuntimeClass, strings.Join(errs, "; "))
+		}
+	}
+	if c.StorageClass != "" {
+		if errs := validation.IsDNS1123Subdomain(c.StorageClass); len(errs) > 0 {
+			return fmt.Errorf("storage_class: %q: %s", c.StorageClass, strings.Join(errs, "; "))
 		}
 	}
 	if c.GPUPricePerHour < 0 {
@@ -375,4 +387,5 @@ var (
 	_ provider.CloudProvider = (*Provider)(nil)
 	_ provider.Diagnoser     = (*Provider)(nil)
 	_ provider.Lister        = (*Provider)(nil)
+	_ provider.VolumeManager = (*Provider)(nil)
 )

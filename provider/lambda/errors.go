@@ -64,15 +64,34 @@ func IsAPIError(err error, codes ...string) bool {
 // 1.8.3 (the newest found; a copy is openapi-1.8.3.json in the repository
 // alexandervaneck/lambda-ai-cloud-api-client, commit b6023bc of
 // 2025-11-20). Each code names the ApiError* schema it comes from and the
-// operations the adapter calls that document it.
+// operations the adapter calls that document it. The same document is
+// Lambda's API reference, one section per operation:
+// https://docs.lambda.ai/api/cloud#launchInstance,
+// https://docs.lambda.ai/api/cloud#listFilesystems,
+// https://docs.lambda.ai/api/cloud#createFilesystem,
+// https://docs.lambda.ai/api/cloud#filesystemDelete (the filesystem
+// operations' answers are in testdata/openapi-filesystems.json).
 const (
-	// ApiErrorInsufficientCapacity: launch 400.
+	// ApiErrorInsufficientCapacity: launch 400. The only capacity code:
+	// 1.8.3 documents none for filesystems.
 	CodeInsufficientCapacity = "instance-operations/launch/insufficient-capacity"
-	// ApiErrorFileSystemInWrongRegion: launch 400 (the adapter attaches no
-	// file system; kept because launch documents it).
+	// ApiErrorFileSystemInWrongRegion: launch 400, for a volume
+	// (file_system_names, file_system_mounts) of another region than the
+	// launch's. The core plans a VM with a volume in the volume's region
+	// only, so it blocks just the offer.
 	CodeFileSystemWrongRegion = "instance-operations/launch/file-system-in-wrong-region"
-	// ApiErrorQuotaExceeded: launch 400, firewall-rulesets POST 400.
+	// ApiErrorQuotaExceeded: launch 400, firewall-rulesets POST 400,
+	// filesystems POST 400.
 	CodeQuotaExceeded = "global/quota-exceeded"
+	// ApiErrorDuplicate: filesystems POST 400, a name the account has
+	// already. CreateVolume lists first and, on this answer, lists again
+	// to adopt a filesystem another process made meanwhile.
+	CodeDuplicate = "global/duplicate"
+	// ApiErrorFilesystemInUse: filesystems/{id} DELETE 400, for a
+	// filesystem an instance mounts ("The filesystem must not be mounted
+	// to any running instances at the time of deletion"); DeleteVolume's
+	// error then matches provider.ErrInUse (volume.go).
+	CodeFilesystemInUse = "filesystems/filesystem-in-use"
 	// ApiErrorUnauthorized: 401 on every operation.
 	CodeInvalidAPIKey = "global/invalid-api-key"
 	// ApiErrorAccountInactive: 403 on every operation.
@@ -80,12 +99,14 @@ const (
 	// ApiErrorInvalidBillingAddress: launch 403.
 	CodeInvalidAddress = "global/invalid-address"
 	// ApiErrorInvalidParameters: 400 of launch, ssh-keys POST and DELETE,
-	// firewall-rulesets POST, audit-events. DELETE /ssh-keys/{id} of an id
-	// the account does not have answers this too (it documents no 404).
+	// firewall-rulesets POST, audit-events, filesystems POST. DELETE
+	// /ssh-keys/{id} of an id the account does not have answers this too
+	// (it documents no 404).
 	CodeInvalidParameters = "global/invalid-parameters"
 	// ApiErrorInstanceNotFound, ApiErrorLaunchResourceNotFound,
-	// ApiErrorFirewallRulesetNotFound: 404 of instances/{id}, terminate,
-	// launch (also 400), firewall-rulesets/{id}. On launch it does not say
+	// ApiErrorFirewallRulesetNotFound, ApiErrorFilesystemNotFound: 404 of
+	// instances/{id}, terminate, launch (also 400), firewall-rulesets/{id},
+	// filesystems/{id} DELETE (gone: success). On launch it does not say
 	// what is missing; when the shared ruleset is (the listing decides),
 	// Create's error matches provider.ErrSharedGone (shared.go).
 	CodeObjectDoesNotExist = "global/object-does-not-exist"
@@ -109,7 +130,9 @@ const (
 var codeKinds = map[string]provider.ErrorKind{
 	CodeInsufficientCapacity:  provider.Capacity,
 	CodeFileSystemWrongRegion: provider.Unavailable,
-	CodeQuotaExceeded:         provider.Quota, // blocks the offer only: see classifyAPI
+	CodeQuotaExceeded:         provider.Quota,          // blocks the offer only: see classifyAPI
+	CodeDuplicate:             provider.InvalidRequest, // a filesystem name taken: CreateVolume adopts its own
+	CodeFilesystemInUse:       provider.InvalidRequest, // an instance mounts it: DeleteVolume refines it (ErrInUse)
 	CodeInvalidAPIKey:         provider.Credentials,
 	CodeAccountInactive:       provider.Credentials,
 	CodeInvalidAddress:        provider.Credentials, // billing address: nothing works until fixed

@@ -2,6 +2,7 @@ package lambda_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +33,8 @@ func catalog() []lambdamock.Type {
 }
 
 type env struct {
-	*resttest.Env // the mock's transport behind the vendor's schema, the logs
+	*resttest.Env                  // the mock's transport behind the vendor's schema, the logs
+	fsDoc         *openapitest.Doc // the schema of the filesystem operations (filesystemSchema)
 	api           *lambdamock.API
 	p             *lambda.Provider
 	now           time.Time
@@ -43,6 +45,8 @@ func newEnv(t *testing.T, cfg lambda.Config) *env {
 	e := &env{Env: resttest.NewEnv(t, apiKey, vendorSchema(t)), api: lambdamock.New(apiKey, catalog()...),
 		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	e.api.Register(e.MT, base)
+	e.fsDoc = filesystemSchema(t)
+	e.RT = byPath{fs: e.fsDoc.Transport(t, e.MT), rest: e.RT}
 	cfg.APIKey = apiKey
 	p, err := lambda.New(cfg, lambda.WithName("lambda"), lambda.WithInstallation(installation), lambda.WithLogger(e.Log),
 		lambda.WithHTTP(base, e.Client()), lambda.WithNow(func() time.Time { return e.now }))
@@ -57,6 +61,24 @@ func newEnv(t *testing.T, cfg lambda.Config) *env {
 // (testdata/README.md), served at base's host.
 func vendorSchema(t testing.TB) *openapitest.Doc {
 	return openapitest.Load(t, "testdata/openapi.json", "https://lambda.test", undocumented...)
+}
+
+// filesystemSchema is the filesystem operations of the same document
+// (testdata/openapi-filesystems.json, testdata/README.md), trimmed apart
+// so that openapi.json, whose lines docs/clouds/lambda.md cites, stays as
+// it is.
+func filesystemSchema(t testing.TB) *openapitest.Doc {
+	return openapitest.Load(t, "testdata/openapi-filesystems.json", "https://lambda.test", undocumented...)
+}
+
+// byPath sends the filesystem operations through fs, the rest through rest.
+type byPath struct{ fs, rest http.RoundTripper }
+
+func (b byPath) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasPrefix(r.URL.Path, "/api/v1/file-systems") || strings.HasPrefix(r.URL.Path, "/api/v1/filesystems") {
+		return b.fs.RoundTrip(r)
+	}
+	return b.rest.RoundTrip(r)
 }
 
 // undocumented are the statuses Lambda answers that 1.8.3 lists for no

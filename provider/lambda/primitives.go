@@ -171,7 +171,10 @@ func (p *Provider) ensureKey(ctx context.Context, name, public string) (wireSSHK
 // replayed create must not launch a second machine). Otherwise it sends one
 // POST /instance-operations/launch named gpuprov-<vm>, tagged with the
 // identity, with the cloud-init user-data (host key, authorized keys), the
-// registered key and the shared ruleset. Launches are paced at
+// registered key, the shared ruleset and the VM's volumes
+// (spec.Volumes: file_system_names, and file_system_mounts at each
+// volume's MountPath; volume.go, launchVolumes, refuses a MountPath Lambda
+// cannot mount at before any request). Launches are paced at
 // Config.LaunchInterval: a create that comes too early sends nothing and is
 // Transient with RetryAfter set to the time left. A launch refused because
 // the shared ruleset is gone (another process's CleanupShared removed it
@@ -185,6 +188,10 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	var pr prepared
 	if err := json.Unmarshal(prep, &pr); err != nil || pr.SSHKey == "" {
 		return "", provider.Errorf(provider.InvalidRequest, p.base.Name, "create", "prepared data names no SSH key (%s)", prep)
+	}
+	fsNames, fsMounts, err := p.launchVolumes(spec) // refused before any request
+	if err != nil {
+		return "", err
 	}
 	obs, err := p.Observe(ctx, provider.Location{Region: d.Region}, spec.VM)
 	if err != nil {
@@ -203,7 +210,7 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, prep json.
 	in := wireLaunch{
 		RegionName: d.Region, InstanceTypeName: d.InstanceType, SSHKeyNames: []string{pr.SSHKey},
 		Name: InstanceName(spec.VM), UserData: provider.CloudInit(spec),
-		Tags: tags(spec, p.base.Installation),
+		Tags: tags(spec, p.base.Installation), FileSystemNames: fsNames, FileSystemMounts: fsMounts,
 	}
 	if pr.RulesetID != "" {
 		in.FirewallRulesets = []wireRulesetRef{{ID: pr.RulesetID}}

@@ -54,6 +54,10 @@ type wireInstance struct {
 	Hostname         string           `json:"hostname"`
 	Tags             []wireTag        `json:"tags"`
 	FirewallRulesets []wireRulesetRef `json:"firewall_rulesets"`
+	// FileSystemNames are the filesystems the instance mounts (empty for
+	// none); FileSystemMounts their mount points, absent for none.
+	FileSystemNames  []string    `json:"file_system_names"`
+	FileSystemMounts []wireMount `json:"file_system_mounts"`
 }
 
 func (in *wireInstance) tag(key string) string {
@@ -100,6 +104,27 @@ type wireLaunch struct {
 	UserData         string           `json:"user_data,omitempty"`
 	Image            *wireImageSpec   `json:"image,omitempty"`
 	FirewallRulesets []wireRulesetRef `json:"firewall_rulesets,omitempty"`
+	FileSystemNames  []string         `json:"file_system_names,omitempty"`
+	FileSystemMounts []wireMount      `json:"file_system_mounts,omitempty"`
+}
+
+// wireMount is a FilesystemMountEntry (an instance's) or a
+// RequestedFilesystemMountEntry (a launch's): a filesystem and where the
+// instance mounts it.
+type wireMount struct {
+	MountPoint   string `json:"mount_point"`
+	FileSystemID string `json:"file_system_id"`
+}
+
+// wireFilesystem is a Filesystem. It has no size (bytes_used is an
+// estimate, updated every few hours) and no tags.
+type wireFilesystem struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	MountPoint string     `json:"mount_point"` // the default one, /lambda/nfs/<name>
+	Created    string     `json:"created"`
+	IsInUse    bool       `json:"is_in_use"`
+	Region     wireRegion `json:"region"`
 }
 
 type wireAuditEvent struct {

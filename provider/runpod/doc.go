@@ -24,6 +24,18 @@
 //	Diagnose  GET /pods/{id}
 //	List      GET /pods, filtered by name prefix and env
 //
+// Persistent volumes (provider.VolumeManager, volume.go) are network
+// volumes of one data center, attached by Create (VolumeLimits
+// AttachAtCreate, one per pod, Secure Cloud only):
+//
+//	CreateVolume   GET /network-volumes (adopt gpuprov--<volume> in the data center),
+//	               GET /catalog/datacenters/{dc} (has network volumes?), POST /network-volumes
+//	ObserveVolume  GET /network-volumes, GET /pods?includeClusterPods=true (who mounts it)
+//	Create         + GET /network-volumes/{id}; POST /pods with mounts.network [{volumeId, path}]
+//	DeleteVolume   GET /pods?includeClusterPods=true (refused while a pod mounts it),
+//	               DELETE /network-volumes/{id}; 404 is success
+//	Attach/Detach  nothing to do: a pod's volume is given at its create and released with it
+//
 // RunPod has no error code for a stockout: a create it cannot place answers
 // HTTP 400 whose detail contains CapacityText. The account-wide SSH key set
 // (PUT /account/ssh-keys) is shared and never touched: keys reach the pod in

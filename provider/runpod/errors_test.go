@@ -13,6 +13,7 @@ import (
 // REST v2 OpenAPI description and the capacity detail RunPod answers.
 func TestClassify(t *testing.T) {
 	capacity := `{"detail":"There are no longer any instances available with the requested specifications. Please refresh and try again.","status":400,"title":"Bad Request"}`
+	inUse := `{"title":"Bad Request","status":400,"detail":"You must remove this network volume from all pods before deleting it."}`
 	for _, tc := range []struct {
 		name, op string
 		status   int
@@ -35,6 +36,12 @@ func TestClassify(t *testing.T) {
 		{"throttled", "plan", 429, `{"title":"Too Many Requests","status":429,"detail":"rate limit exceeded for the minute window"}`, 12 * time.Second, provider.Transient, provider.ScopeOffer},
 		{"server", "create", 502, ``, 0, provider.Transient, provider.ScopeOffer},
 		{"not found", "diagnose", 404, `{"title":"Not Found","status":404,"detail":"pod not found"}`, 0, provider.Failed, provider.ScopeOffer},
+		{"volume refused in the data center", opCreateVolume, 400, `{"title":"Bad Request","status":400,"detail":"request could not be processed"}`, 0, provider.Unavailable, provider.ScopeOffer},
+		{"volume capacity", opCreateVolume, 400, capacity, 0, provider.Capacity, provider.ScopeOffer},
+		{"volume balance", opCreateVolume, 402, `{"title":"Payment Required","status":402,"detail":"Insufficient balance"}`, 0, provider.Quota, provider.ScopeProvider},
+		{"volume in use", opDeleteVolume, 400, inUse, 0, provider.InvalidRequest, provider.ScopeOffer},
+		{"volume in use, other status", opDeleteVolume, 409, inUse, 0, provider.InvalidRequest, provider.ScopeOffer},
+		{"in-use text while throttled", opDeleteVolume, 429, inUse, 0, provider.Transient, provider.ScopeOffer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			re := &rest.Error{Status: tc.status, Body: []byte(tc.body), RetryAfter: tc.after}
@@ -48,6 +55,11 @@ func TestClassify(t *testing.T) {
 			}
 			if ae.RetryAfter != tc.after {
 				t.Fatalf("APIError.RetryAfter = %s, want %s", ae.RetryAfter, tc.after)
+			}
+			// A volume still mounted matches provider.ErrInUse, which the
+			// core's delete waits on; nothing else does.
+			if inUseWant := tc.body == inUse && tc.status != 429; errors.Is(pe, provider.ErrInUse) != inUseWant {
+				t.Fatalf("errors.Is(%v, ErrInUse) = %v, want %v", pe, !inUseWant, inUseWant)
 			}
 			// The adapter's own checks (isGone) reach the HTTP answer through it.
 			if rest.StatusOf(pe) != tc.status {

@@ -113,10 +113,19 @@ func (p *Provider) Prepare(ctx context.Context, offer *provider.Offer, spec *pro
 // POST /pods named gpuprov-<vm>, with the identity and the authorized keys
 // (PUBLIC_KEY) in its environment, 22/tcp exposed, the offer's GPU type,
 // count, cloud and data center. The answer's pod id is returned.
+//
+// With a volume (InstanceSpec.Volumes, at most one) it first reads the
+// network volume (GET /network-volumes/{id}) and the create carries
+// mounts.network [{volumeId, path: the VolumeMount's MountPath}], placed in
+// the volume's data center; volumes a pod cannot take (two, a Community
+// Cloud offer) are refused before any request (checkMounts, volume.go).
 func (p *Provider) Create(ctx context.Context, offer *provider.Offer, _ json.RawMessage, spec *provider.InstanceSpec) (string, error) {
 	var d offerDetail
 	if err := json.Unmarshal(offer.Detail, &d); err != nil || d.GPUTypeID == "" || d.Count == 0 {
 		return "", provider.Errorf(provider.InvalidRequest, p.base.Name, "create", "offer has no RunPod GPU type in its detail (%s)", offer.Detail)
+	}
+	if err := p.checkMounts(d, spec); err != nil {
+		return "", err
 	}
 	obs, err := p.Observe(ctx, offer.Location, spec.VM)
 	if err != nil {
@@ -136,6 +145,14 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, _ json.Raw
 	if d.DataCenterID != "" {
 		in.DataCenterIDs = []string{d.DataCenterID}
 	}
+	volume := ""
+	if len(spec.Volumes) == 1 {
+		mounts, dc, err := p.createMount(ctx, d, spec.Volumes[0])
+		if err != nil {
+			return "", err
+		}
+		in.Mounts, in.DataCenterIDs, volume = mounts, []string{dc}, spec.Volumes[0].ID
+	}
 	var out wirePod
 	if err := p.call(ctx, "create", http.MethodPost, "/pods", nil, in, &out); err != nil {
 		return "", err
@@ -143,7 +160,7 @@ func (p *Provider) Create(ctx context.Context, offer *provider.Offer, _ json.Raw
 	if out.ID == "" {
 		return "", provider.Errorf(provider.Transient, p.base.Name, "create", "create answer carries no pod id")
 	}
-	p.base.Log.Info("runpod: created pod", "provider", p.base.Name, "vm", spec.VM, "pod", out.ID, "gpu", d.GPUTypeID, "data_center", d.DataCenterID)
+	p.base.Log.Info("runpod: created pod", "provider", p.base.Name, "vm", spec.VM, "pod", out.ID, "gpu", d.GPUTypeID, "data_center", strings.Join(in.DataCenterIDs, ","), "volume", volume)
 	return out.ID, nil
 }
 

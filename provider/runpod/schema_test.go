@@ -3,6 +3,7 @@ package runpod_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -57,6 +58,45 @@ func TestEveryPrimitiveAgainstTheVendorSchema(t *testing.T) {
 	if err := e.p.Cleanup(ctx, o.Location, "train"); err != nil {
 		t.Fatal(err)
 	}
+
+	// Network volumes: create (list, data center, POST), a create sent
+	// again (list), a pod created with it (GET volume), observe, the
+	// delete refused while held (400), done (204) and again (404), a pod
+	// with a volume that is gone (404).
+	vspec := provider.VolumeSpec{Name: "data", Installation: installation, SizeGB: 10, Location: o.Location}
+	v, err := e.p.CreateVolume(ctx, vspec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := e.p.CreateVolume(ctx, vspec); err != nil || again.ID != v.ID {
+		t.Fatalf("volume create sent again: %+v %v", again, err)
+	}
+	withVolume := spec("with-volume")
+	withVolume.Volumes = []provider.VolumeMount{{ID: v.ID, Name: "data", MountPath: "/data"}}
+	pod, err := e.p.Create(ctx, &o, nil, withVolume)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen, err := e.p.ObserveVolume(ctx, o.Location, "data"); err != nil || seen == nil || seen.AttachedTo != pod {
+		t.Fatalf("observe volume: %+v %v", seen, err)
+	}
+	if err := e.p.Delete(ctx, o.Location, "with-volume", []string{pod}); err != nil {
+		t.Fatal(err)
+	}
+	e.api.HoldVolume(v.ID, true)
+	if err := e.p.DeleteVolume(ctx, o.Location, v.ID); !errors.Is(err, provider.ErrInUse) { // 400
+		t.Fatalf("held volume: %v", err)
+	}
+	e.api.HoldVolume(v.ID, false)
+	for range 2 { // 204, then 404
+		if err := e.p.DeleteVolume(ctx, o.Location, v.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.p.Create(ctx, &o, nil, withVolume); provider.KindOf(err) != provider.InvalidRequest { // GET volume 404
+		t.Fatalf("create with a deleted volume: %v", err)
+	}
+
 	wrong, _ := runpod.New(runpod.Config{APIKey: "wrong"}, runpod.WithHTTP(base, e.Client()))
 	req := h100
 	if _, err := wrong.Plan(ctx, &req); provider.KindOf(err) != provider.Credentials { // 401
@@ -64,7 +104,10 @@ func TestEveryPrimitiveAgainstTheVendorSchema(t *testing.T) {
 	}
 
 	e.Exercised(t, "POST /v2/pods 400", "POST /v2/pods 201", "GET /v2/catalog/gpus 401",
-		"GET /v2/pods/{id} 404", "DELETE /v2/pods/{id} 204", "DELETE /v2/pods/{id} 404", "DELETE /v2/pods/{id} 409")
+		"GET /v2/pods/{id} 404", "DELETE /v2/pods/{id} 204", "DELETE /v2/pods/{id} 404", "DELETE /v2/pods/{id} 409",
+		"POST /v2/network-volumes 201", "GET /v2/network-volumes 200", "GET /v2/catalog/datacenters/{id} 200",
+		"GET /v2/network-volumes/{id} 200", "GET /v2/network-volumes/{id} 404",
+		"DELETE /v2/network-volumes/{id} 400", "DELETE /v2/network-volumes/{id} 204", "DELETE /v2/network-volumes/{id} 404")
 }
 
 // TestTheSchemaCatchesAMockThatStrays derives wrong answers and requests
@@ -79,6 +122,13 @@ func TestTheSchemaCatchesAMockThatStrays(t *testing.T) {
 		t.Fatalf("the mock's own answer is rejected: %v", err)
 	}
 	create := func(body string) *http.Request { return e.Request(t, http.MethodPost, base+"/pods", body) }
+	volumeCreate := func(body string) *http.Request { return e.Request(t, http.MethodPost, base+"/network-volumes", body) }
+	vid := e.api.AddVolume(runpodmock.Volume{Name: "gpuprov--data", DataCenter: "US-TX-3", Size: 10})
+	getVolume := e.Request(t, http.MethodGet, base+"/network-volumes/"+vid, "")
+	volume := e.Answer(t, getVolume)
+	if err := e.Doc.CheckResponse(getVolume, openapitest.JSONResponse(200, volume)); err != nil {
+		t.Fatalf("the mock's own volume is rejected: %v", err)
+	}
 	if _, err := e.Doc.CheckRequest(create(`{"name":"x","image":"runpod/base","gpu":{"id":"NVIDIA H100 80GB HBM3","count":1},"cloud":"SECURE"}`)); err != nil {
 		t.Fatalf("a valid create is rejected: %v", err)
 	}
@@ -121,6 +171,28 @@ func TestTheSchemaCatchesAMockThatStrays(t *testing.T) {
 			_, err := e.Doc.CheckRequest(create(`{"name":"x","gpu":{"id":"g"}}`))
 			return err
 		}, "image"},
+		{"create with two network volumes", func() error {
+			_, err := e.Doc.CheckRequest(create(`{"name":"x","image":"runpod/base","gpu":{"id":"g"},` +
+				`"mounts":{"network":[{"volumeId":"a","path":"/a"},{"volumeId":"b","path":"/b"}]}}`))
+			return err
+		}, "network"},
+		{"network mount named as in v1 (networkVolumeId, volumeMountPath)", func() error {
+			_, err := e.Doc.CheckRequest(create(`{"name":"x","image":"runpod/base","gpu":{"id":"g"},"networkVolumeId":"a","volumeMountPath":"/a"}`))
+			return err
+		}, "networkVolumeId"},
+		{"volume create with dataCenterId (the v1 name)", func() error {
+			_, err := e.Doc.CheckRequest(volumeCreate(`{"name":"x","size":10,"dataCenterId":"US-TX-3"}`))
+			return err
+		}, "dataCenterId"},
+		{"volume create below 10 GB", func() error {
+			_, err := e.Doc.CheckRequest(volumeCreate(`{"name":"x","size":5,"dataCenter":"US-TX-3"}`))
+			return err
+		}, "size"},
+		{"volume without its type", func() error {
+			return e.Doc.CheckResponse(getVolume, openapitest.JSONResponse(200, openapitest.Edit(t, volume, func(o map[string]any) {
+				delete(o, "type")
+			})))
+		}, "type"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.err()

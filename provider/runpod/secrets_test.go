@@ -45,6 +45,13 @@ func TestErrorsNeverCarryTheKey(t *testing.T) {
 				"list":     func() error { _, err := p.List(ctx, loc); return err },
 				"delete":   func() error { return p.Delete(ctx, loc, "train", []string{"pod0123"}) },
 				"diagnose": func() error { _, err := p.Diagnose(ctx, loc, "train", "pod0123"); return err },
+				"create volume": func() error {
+					_, err := p.CreateVolume(ctx, provider.VolumeSpec{Name: "data", Installation: installation, SizeGB: 10, Location: loc})
+					return err
+				},
+				"observe volume": func() error { _, err := p.ObserveVolume(ctx, loc, "data"); return err },
+				"detach volume":  func() error { return p.DetachVolume(ctx, loc, "vol0123", "pod0123") },
+				"delete volume":  func() error { return p.DeleteVolume(ctx, loc, "vol0123") },
 			})
 		})
 	}

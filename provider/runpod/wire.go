@@ -59,6 +59,45 @@ type wirePod struct {
 		Uptime int               `json:"uptime"`
 		Ports  []wireRuntimePort `json:"ports"`
 	} `json:"runtime"`
+	Mounts *wireMounts `json:"mounts"`
+}
+
+// wireMounts is Mounts: at most one network volume (maxItems 1), and
+// nothing else the adapter sends (the host-local "persistent" mount is
+// never asked for).
+type wireMounts struct {
+	Network []wireNetworkMount `json:"network,omitempty"`
+}
+
+// wireNetworkMount is NetworkMount: a network volume in the pod's data
+// center and the path the container sees it at.
+type wireNetworkMount struct {
+	VolumeID string `json:"volumeId"`
+	Path     string `json:"path"`
+}
+
+// wireVolume is NetworkVolume. RunPod keeps no labels, no status and no
+// creation time on a network volume.
+type wireVolume struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Size       int    `json:"size"`
+	DataCenter string `json:"dataCenter"`
+	Type       string `json:"type"`
+}
+
+// wireCreateVolume is CreateNetworkVolumeRequest; type is left out, so
+// the data center's default tier is used.
+type wireCreateVolume struct {
+	Name       string `json:"name"`
+	Size       int    `json:"size"`
+	DataCenter string `json:"dataCenter"`
+}
+
+// wireDataCenter is the part of DataCenter the adapter reads.
+type wireDataCenter struct {
+	ID                 string   `json:"id"`
+	NetworkVolumeTypes []string `json:"networkVolumeTypes"`
 }
 
 type wireGPU struct {
@@ -75,6 +114,7 @@ type wireCreate struct {
 	Ports         []string          `json:"ports"`
 	Env           map[string]string `json:"env"`
 	Disk          int               `json:"disk,omitempty"`
+	Mounts        *wireMounts       `json:"mounts,omitempty"`
 }
 
 // call sends one request and classifies its failure for op.

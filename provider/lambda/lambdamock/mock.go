@@ -4,7 +4,12 @@
 // and errors can be scripted per call. As Lambda does, it refuses to delete
 // a firewall ruleset that an instance not yet terminated uses (400
 // firewall-rulesets/firewall-ruleset-in-use) and to launch with a ruleset
-// id it does not have (404 global/object-does-not-exist). It checks the
+// id it does not have (404 global/object-does-not-exist). Filesystems are
+// listed, created and deleted, and mounted by the launches that name them
+// (file_system_names, file_system_mounts): a filesystem an instance not yet
+// terminated mounts is not deleted (400 filesystems/filesystem-in-use), a
+// launch naming one of another region is refused (400
+// instance-operations/launch/file-system-in-wrong-region). It checks the
 // bearer token on every request and records every call for assertions. Its
 // answers follow the Lambda Cloud API's OpenAPI document 1.8.3
 // (provider/lambda/testdata), which the adapter's tests check every answer
@@ -24,6 +29,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,7 +57,18 @@ type Instance struct {
 	SSHKeyNames                                  []string
 	Tags                                         map[string]string
 	Rulesets                                     []string
-	lists                                        int // list calls seen while booting
+	Mounts                                       []Mount // the filesystems it mounts, in launch order
+	lists                                        int     // list calls seen while booting
+}
+
+// Mount is a filesystem an instance mounts, and where.
+type Mount struct {
+	ID, Name, MountPoint string
+}
+
+// Filesystem is a filesystem of the fake.
+type Filesystem struct {
+	ID, Name, Region string
 }
 
 // Call is one request the fake received.
@@ -80,6 +97,7 @@ type API struct {
 	gone      map[string]bool
 	keys      map[string]map[string]string // id → name, public_key
 	rulesets  map[string]map[string]any    // id → name, region, rules
+	fs        map[string]*Filesystem       // id → filesystem
 	seq       int
 	// BootLists is how many GET /instances an instance stays booting (default 1).
 	BootLists int
@@ -94,7 +112,7 @@ type API struct {
 // New returns a fake accepting key with the catalog types.
 func New(key string, types ...Type) *API {
 	a := &API{types: types, instances: map[string]*Instance{}, gone: map[string]bool{},
-		keys: map[string]map[string]string{}, rulesets: map[string]map[string]any{}, BootLists: 1}
+		keys: map[string]map[string]string{}, rulesets: map[string]map[string]any{}, fs: map[string]*Filesystem{}, BootLists: 1}
 	a.srv = restmock.Server{Key: key, Mu: &a.mu,
 		Unauthorized: func() *http.Response {
 			return apiErr(401, "global/invalid-api-key", "API key was invalid, expired, or deleted.", "")
@@ -148,6 +166,33 @@ func (a *API) Rulesets() []string {
 	return out
 }
 
+// Filesystems returns copies of the filesystems, by id.
+func (a *API) Filesystems() []Filesystem {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Filesystem
+	for _, f := range a.fs {
+		out = append(out, *f)
+	}
+	slices.SortFunc(out, func(x, y Filesystem) int { return strings.Compare(x.ID, y.ID) })
+	return out
+}
+
+// AddFilesystem makes a filesystem as another client of the account would
+// (a user, another tool) and returns its id.
+func (a *API) AddFilesystem(name, region string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.addFilesystem(name, region)
+}
+
+func (a *API) addFilesystem(name, region string) string {
+	a.seq++
+	id := fmt.Sprintf("%032x", 0xf5<<24+a.seq)
+	a.fs[id] = &Filesystem{ID: id, Name: name, Region: region}
+	return id
+}
+
 // SetStatus sets an instance's status ("unhealthy", "preempted", ...).
 func (a *API) SetStatus(id, status string) {
 	a.mu.Lock()
@@ -187,6 +232,7 @@ var suggestions = map[string]string{
 	"global/invalid-address":                    "Make sure your billing address is valid. Contact Support if problems continue.",
 	"global/object-does-not-exist":              "Check the identifier and try again.",
 	"firewall-rulesets/firewall-ruleset-in-use": "Terminate all instances that are using the ruleset before deleting it.",
+	"filesystems/filesystem-in-use":             "Terminate the instances that mount the filesystem, then try again.", // the mock's own words: the schema has no default
 }
 
 // apiErr answers {"error": {code, message, suggestion}}, the envelope of
@@ -286,6 +332,12 @@ func (a *API) route(method, path string, query url.Values, body []byte) *http.Re
 		return data(map[string]any{})
 	case method == http.MethodGet && path == "/audit-events":
 		return a.auditEvents(query)
+	case method == http.MethodGet && path == "/file-systems":
+		return a.filesystems()
+	case method == http.MethodPost && path == "/filesystems":
+		return a.createFilesystem(body)
+	case method == http.MethodDelete && strings.HasPrefix(path, "/filesystems/"):
+		return a.deleteFilesystem(strings.TrimPrefix(path, "/filesystems/"))
 	}
 	return apiErr(404, "global/not-found", "The requested resource was not found.", "")
 }
@@ -460,11 +512,19 @@ func (a *API) wire(in *Instance) map[string]any {
 			typ = t
 		}
 	}
+	names, mounts := []string{}, []map[string]string{}
+	for _, m := range in.Mounts {
+		names = append(names, m.Name)
+		mounts = append(mounts, map[string]string{"file_system_id": m.ID, "mount_point": m.MountPoint})
+	}
 	w := map[string]any{"id": in.ID, "name": in.Name, "status": in.Status, "ssh_key_names": in.SSHKeyNames,
 		"region": region(in.Region), "instance_type": typ.wire(), "tags": tags, "firewall_rulesets": rs,
-		"file_system_names": []string{}, "actions": actions(in.Status)}
+		"file_system_names": names, "actions": actions(in.Status)}
 	if in.IP != "" { // Instance.ip is a string: absent until the instance has one
 		w["ip"] = in.IP
+	}
+	if len(mounts) > 0 { // Instance.file_system_mounts: "missing from the response" for none
+		w["file_system_mounts"] = mounts
 	}
 	return w
 }
@@ -496,6 +556,8 @@ func (a *API) launch(body []byte) *http.Response {
 		UserData         string              `json:"user_data"`
 		Tags             []map[string]string `json:"tags"`
 		FirewallRulesets []map[string]string `json:"firewall_rulesets"`
+		FileSystemNames  []string            `json:"file_system_names"`
+		FileSystemMounts []map[string]string `json:"file_system_mounts"`
 	}
 	if json.Unmarshal(body, &in) != nil || in.RegionName == "" || in.InstanceTypeName == "" || len(in.SSHKeyNames) != 1 || len(in.Name) > 64 {
 		return apiErr(400, "global/invalid-parameters", "Invalid request data.", "")
@@ -530,6 +592,11 @@ func (a *API) launch(body []byte) *http.Response {
 		}
 		inst.Rulesets = append(inst.Rulesets, r["id"])
 	}
+	mounts, refused := a.launchMounts(in.RegionName, in.FileSystemNames, in.FileSystemMounts)
+	if refused != nil {
+		return refused
+	}
+	inst.Mounts = mounts
 	a.seq++
 	inst.ID = fmt.Sprintf("%032x", a.seq)
 	a.instances[inst.ID] = inst
@@ -564,4 +631,127 @@ func (a *API) terminate(body []byte) *http.Response {
 		out = append(out, a.wire(a.instances[id]))
 	}
 	return data(map[string]any{"terminated_instances": out})
+}
+
+// Filesystem names and mount points as 1.8.3 constrains them:
+// FilesystemCreateRequest.name (maxLength 60) and
+// RequestedFilesystemMountEntry.mount_point (maxLength 256).
+var (
+	filesystemNameRE = regexp.MustCompile(`^[a-zA-Z]+[0-9a-zA-Z-]*$`)
+	mountPointRE     = regexp.MustCompile(`^(/home|/lambda/nfs|/data)[//a-zA-Z0-9-]*$`)
+)
+
+// filesystems answers listFilesystems: {"data": [Filesystem]}, each with
+// its default mount point, its creator and whether an instance mounts it.
+func (a *API) filesystems() *http.Response {
+	out := []map[string]any{}
+	ids := make([]string, 0, len(a.fs))
+	for id := range a.fs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		out = append(out, a.filesystem(a.fs[id]))
+	}
+	return data(out)
+}
+
+// filesystem is a Filesystem (bytes_used, which is optional, left out).
+func (a *API) filesystem(f *Filesystem) map[string]any {
+	return map[string]any{"id": f.ID, "name": f.Name, "mount_point": "/lambda/nfs/" + f.Name, "created": "2026-01-01T00:00:00Z",
+		"created_by": map[string]string{"id": "0123456789abcdef0123456789abcdef", "email": "team@example.com", "status": "active"},
+		"is_in_use":  len(a.mountedBy(f.ID)) > 0, "region": region(f.Region)}
+}
+
+// createFilesystem answers createFilesystem: a name of the pattern, in a
+// region; a name the account has is 400 global/duplicate (names are the
+// account's in the mock, whatever the region: 1.8.3 does not say).
+func (a *API) createFilesystem(body []byte) *http.Response {
+	var in struct {
+		Name   string `json:"name"`
+		Region string `json:"region"`
+	}
+	if json.Unmarshal(body, &in) != nil || len(in.Name) > 60 || !filesystemNameRE.MatchString(in.Name) || in.Region == "" {
+		return apiErr(400, "global/invalid-parameters", "Invalid request data.", "")
+	}
+	for _, f := range a.fs {
+		if f.Name == in.Name {
+			return apiErr(400, "global/duplicate", "A filesystem with this name already exists.", "")
+		}
+	}
+	return data(a.filesystem(a.fs[a.addFilesystem(in.Name, in.Region)]))
+}
+
+// deleteFilesystem answers filesystemDelete: 404 for an id the account
+// does not have, 400 filesystems/filesystem-in-use while an instance not
+// yet terminated (booting, active, terminating, ...) mounts it.
+func (a *API) deleteFilesystem(id string) *http.Response {
+	if _, ok := a.fs[id]; !ok {
+		return apiErr(404, "global/object-does-not-exist", "Filesystem was not found.", "")
+	}
+	if len(a.mountedBy(id)) > 0 {
+		return apiErr(400, "filesystems/filesystem-in-use", "Filesystem is in use by one or more instances.", "")
+	}
+	delete(a.fs, id)
+	return data(map[string]any{"deleted_ids": []string{id}})
+}
+
+// mountedBy returns the instances not terminated that mount filesystem id.
+func (a *API) mountedBy(id string) []string {
+	var out []string
+	for iid, in := range a.instances {
+		if in.Status != "terminated" && slices.ContainsFunc(in.Mounts, func(m Mount) bool { return m.ID == id }) {
+			out = append(out, iid)
+		}
+	}
+	return out
+}
+
+// launchMounts resolves a launch's filesystems: every name of
+// file_system_names at its default mount point (/lambda/nfs/<name>), then
+// every entry of file_system_mounts at its mount point (which wins for a
+// filesystem in both lists). A filesystem the account does not have is
+// 404 global/object-does-not-exist, one of another region 400
+// instance-operations/launch/file-system-in-wrong-region, a mount point
+// outside the pattern 400 global/invalid-parameters.
+func (a *API) launchMounts(regionName string, names []string, mounts []map[string]string) ([]Mount, *http.Response) {
+	var out []Mount
+	use := func(f *Filesystem, at string) *http.Response {
+		if f == nil {
+			return apiErr(404, "global/object-does-not-exist", "Filesystem does not exist.", "")
+		}
+		if f.Region != regionName {
+			return apiErr(400, "instance-operations/launch/file-system-in-wrong-region", "Filesystem is in another region.", "")
+		}
+		if i := slices.IndexFunc(out, func(m Mount) bool { return m.ID == f.ID }); i >= 0 {
+			out[i].MountPoint = at
+			return nil
+		}
+		out = append(out, Mount{ID: f.ID, Name: f.Name, MountPoint: at})
+		return nil
+	}
+	for _, n := range names {
+		var found *Filesystem
+		for _, f := range a.fs {
+			if f.Name == n {
+				found = f
+			}
+		}
+		if found == nil {
+			return nil, use(nil, "")
+		}
+		if r := use(found, "/lambda/nfs/"+n); r != nil {
+			return nil, r
+		}
+	}
+	for _, m := range mounts {
+		at := m["mount_point"]
+		if len(at) > 256 || !mountPointRE.MatchString(at) {
+			return nil, apiErr(400, "global/invalid-parameters", "Invalid request data.", "")
+		}
+		if r := use(a.fs[m["file_system_id"]], at); r != nil {
+			return nil, r
+		}
+	}
+	return out, nil
 }

@@ -1,7 +1,9 @@
 // Package runpodmock is a small stateful fake of RunPod's REST API v2 for
 // tests, served through an httpmock transport: pods created are listed and
-// deleted, the GPU catalog answers with per-data-center stock, and error
-// answers (RFC 9457 problems) can be scripted. It checks the bearer token
+// deleted, the GPU catalog answers with per-data-center stock, network
+// volumes are made, read, mounted by the pods created with them and
+// deleted once no pod holds them, a data center says which volume tiers
+// it has, and error answers (RFC 9457 problems) can be scripted. It checks the bearer token
 // and records every call. Its answers follow RunPod's REST API v2 OpenAPI
 // document (provider/runpod/testdata), which the adapter's tests check every
 // answer against: a pod carries every field Pod requires (actions, ssh,
@@ -9,6 +11,7 @@
 package runpodmock
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -38,9 +41,19 @@ type Pod struct {
 	Env                                             map[string]string
 	Ports                                           []string
 	// Cluster is the id of the cluster the pod belongs to (""; none): such
-	// a pod cannot be deleted through /pods.
+	// a pod cannot be deleted through /pods, and GET /pods lists it only
+	// with includeClusterPods=true.
 	Cluster string
-	lists   int
+	// Volume is the network volume the pod was created with (its
+	// mounts.network), mounted at MountPath.
+	Volume, MountPath string
+	lists             int
+}
+
+// Volume is a network volume of the fake (NetworkVolume).
+type Volume struct {
+	ID, Name, DataCenter, Type string
+	Size                       int
 }
 
 // Call is one request the fake received.
@@ -66,6 +79,11 @@ type API struct {
 	gpus []GPU
 	pods map[string]*Pod
 	seq  int
+	vols map[string]*Volume
+	// volTypes are the network volume tiers of a data center; a data
+	// center of the catalog not listed has STANDARD.
+	volTypes map[string][]string
+	held     map[string]bool // volumes held by something GET /pods does not list
 	// BootLists is how many GET /pods a pod spends provisioning, then
 	// running without its SSH port (default 1 each).
 	BootLists int
@@ -73,7 +91,7 @@ type API struct {
 
 // New returns a fake accepting key with the catalog.
 func New(key string, gpus ...GPU) *API {
-	a := &API{gpus: gpus, pods: map[string]*Pod{}, BootLists: 1}
+	a := &API{gpus: gpus, pods: map[string]*Pod{}, BootLists: 1, vols: map[string]*Volume{}, volTypes: map[string][]string{}, held: map[string]bool{}}
 	a.srv = restmock.Server{Key: key, Mu: &a.mu, Route: a.route,
 		Unauthorized: func() *http.Response { return problem(401, "missing bearer token", "") }}
 	return a
@@ -121,6 +139,79 @@ func (a *API) JoinCluster(id, cluster string) {
 		p.Cluster = cluster
 	}
 }
+
+// Volumes returns copies of the network volumes, by id.
+func (a *API) Volumes() []Volume {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Volume
+	for _, v := range a.vols {
+		out = append(out, *v)
+	}
+	slices.SortFunc(out, func(x, y Volume) int { return strings.Compare(x.ID, y.ID) })
+	return out
+}
+
+// AddVolume adds a network volume made outside the code under test (its
+// ID is given one when empty) and returns its id.
+func (a *API) AddVolume(v Volume) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if v.ID == "" {
+		a.seq++
+		v.ID = fmt.Sprintf("vol%07d", a.seq)
+	}
+	if v.Type == "" {
+		v.Type = "STANDARD"
+	}
+	a.vols[v.ID] = &v
+	return v.ID
+}
+
+// AddPod adds a pod made outside the code under test (its ID is given one
+// when empty; its status is RUNNING when empty) and returns its id.
+func (a *API) AddPod(p Pod) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p.ID == "" {
+		a.seq++
+		p.ID = fmt.Sprintf("pod%010d", a.seq)
+	}
+	if p.Status == "" {
+		p.Status = "RUNNING"
+	}
+	p.lists = 1 << 20
+	a.pods[p.ID] = &p
+	return p.ID
+}
+
+// SetVolumeTypes sets the network volume tiers data center dc has; none:
+// it takes no network volume (its networkVolumeTypes is empty, and a
+// create there answers 400).
+func (a *API) SetVolumeTypes(dc string, types ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.volTypes[dc] = append([]string{}, types...)
+}
+
+// HoldVolume makes network volume id held by something GET /pods does not
+// list (a serverless worker): its delete answers InUseDetail.
+func (a *API) HoldVolume(id string, held bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.held[id] = held
+}
+
+// InUseDetail is what RunPod answers the delete of a network volume a pod
+// still mounts (recorded in public client code; the v2 document lists no
+// such answer, nor its status: the fake answers 400).
+const InUseDetail = "You must remove this network volume from all pods before deleting it."
+
+// NoVolumesDetail is the fake's answer to a network volume create in a
+// data center without network volumes (RunPod documents none; the v2
+// document's 400 is "The request could not be processed because it is
+// malformed or conflicts with request rules").
+const NoVolumesDetail = "Network volumes are not available in this data center."
 
 // ClusterConflictDetail is the detail of deletePod's 409 (RunPod REST API v2
 // OpenAPI, runpod/docs api-reference-v2/openapi.json, 2.0.0).
@@ -171,8 +262,12 @@ func (a *API) route(r *http.Request, path string, body []byte) *http.Response {
 		}
 		slices.Sort(ids)
 		out := []map[string]any{}
+		withCluster := r.URL.Query().Get("includeClusterPods") == "true"
 		for _, id := range ids {
 			p := a.pods[id]
+			if p.Cluster != "" && !withCluster {
+				continue // "excluded from GET /v2/pods by default" (Pod.cluster)
+			}
 			p.lists++
 			switch {
 			case p.Status == "PROVISIONING" && p.lists > a.BootLists:
@@ -199,8 +294,104 @@ func (a *API) route(r *http.Request, path string, body []byte) *http.Response {
 		}
 		delete(a.pods, id)
 		return httpmock.NewStringResponse(204, "")
+	case r.Method == http.MethodGet && strings.HasPrefix(path, "/catalog/datacenters/"):
+		return a.dataCenter(strings.TrimPrefix(path, "/catalog/datacenters/"))
+	case r.Method == http.MethodGet && path == "/network-volumes":
+		out := []map[string]any{}
+		for _, v := range a.sortedVolumes() {
+			out = append(out, wireVolume(v))
+		}
+		return js(200, map[string]any{"networkVolumes": out})
+	case r.Method == http.MethodPost && path == "/network-volumes":
+		return a.createVolume(body)
+	case r.Method == http.MethodGet && strings.HasPrefix(path, "/network-volumes/"):
+		if v, ok := a.vols[strings.TrimPrefix(path, "/network-volumes/")]; ok {
+			return js(200, wireVolume(v))
+		}
+		return problem(404, "network volume not found", "")
+	case r.Method == http.MethodDelete && strings.HasPrefix(path, "/network-volumes/"):
+		id := strings.TrimPrefix(path, "/network-volumes/")
+		if _, ok := a.vols[id]; !ok {
+			return problem(404, "network volume not found", "")
+		}
+		if a.held[id] || slices.ContainsFunc(a.sortedPods(), func(p *Pod) bool { return p.Volume == id }) {
+			return problem(400, InUseDetail, "")
+		}
+		delete(a.vols, id)
+		return httpmock.NewStringResponse(204, "")
 	}
 	return problem(404, "resource not found", "")
+}
+
+func (a *API) sortedVolumes() []*Volume {
+	out := make([]*Volume, 0, len(a.vols))
+	for _, v := range a.vols {
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(x, y *Volume) int { return strings.Compare(x.ID, y.ID) })
+	return out
+}
+
+func (a *API) sortedPods() []*Pod {
+	out := make([]*Pod, 0, len(a.pods))
+	for _, p := range a.pods {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(x, y *Pod) int { return strings.Compare(x.ID, y.ID) })
+	return out
+}
+
+func wireVolume(v *Volume) map[string]any {
+	return map[string]any{"id": v.ID, "name": v.Name, "size": v.Size, "dataCenter": v.DataCenter, "type": v.Type}
+}
+
+// volumeTypes returns data center dc's network volume tiers, and whether
+// the fake knows dc (a data center of the catalog, or one given tiers).
+func (a *API) volumeTypes(dc string) ([]string, bool) {
+	if t, ok := a.volTypes[dc]; ok {
+		return t, true
+	}
+	for _, g := range a.gpus {
+		if _, ok := g.DataCenters[dc]; ok {
+			return []string{"STANDARD"}, true
+		}
+	}
+	return nil, false
+}
+
+// dataCenter answers getDataCenter (DataCenter).
+func (a *API) dataCenter(dc string) *http.Response {
+	types, ok := a.volumeTypes(dc)
+	if !ok {
+		return problem(404, "data center not found", "")
+	}
+	region := "UNKNOWN"
+	switch {
+	case strings.HasPrefix(dc, "US-"), strings.HasPrefix(dc, "CA-"):
+		region = "NORTH_AMERICA"
+	case strings.HasPrefix(dc, "EU-"), strings.HasPrefix(dc, "EUR-"):
+		region = "EUROPE"
+	}
+	return js(200, map[string]any{"id": dc, "name": dc, "region": region, "networkVolumeTypes": types,
+		"compliance": []string{}, "globalNetwork": false})
+}
+
+func (a *API) createVolume(body []byte) *http.Response {
+	var in struct {
+		Name, DataCenter, Type string
+		Size                   int
+	}
+	if err := json.Unmarshal(body, &in); err != nil || in.Name == "" || in.DataCenter == "" || in.Size < 10 || in.Size > 4096 {
+		return problem(422, "Request validation failed.", "")
+	}
+	types, _ := a.volumeTypes(in.DataCenter)
+	if len(types) == 0 || in.Type != "" && !slices.Contains(types, in.Type) {
+		return problem(400, NoVolumesDetail, "")
+	}
+	a.seq++
+	v := &Volume{ID: fmt.Sprintf("vol%07d", a.seq), Name: in.Name, DataCenter: in.DataCenter, Type: cmp.Or(in.Type, types[0]), Size: in.Size}
+	a.vols[v.ID] = v
+	return js(201, wireVolume(v))
 }
 
 func (a *API) catalog(r *http.Request) *http.Response {
@@ -256,6 +447,9 @@ func wire(p *Pod, bootLists int) map[string]any {
 	if p.Cluster != "" {
 		w["cluster"] = map[string]any{"id": p.Cluster, "rank": 0}
 	}
+	if p.Volume != "" {
+		w["mounts"] = map[string]any{"network": []map[string]any{{"volumeId": p.Volume, "path": p.MountPath}}}
+	}
 	if p.Status == "RUNNING" {
 		ports := []map[string]any{}
 		if p.lists >= bootLists && slices.Contains(p.Ports, "22/tcp") {
@@ -279,9 +473,22 @@ func (a *API) create(body []byte) *http.Response {
 		DataCenterIDs []string
 		Ports         []string
 		Env           map[string]string
+		Mounts        struct {
+			Network []struct{ VolumeID, Path string }
+		}
 	}
 	if err := json.Unmarshal(body, &in); err != nil || in.Name == "" || in.Image == "" || in.GPU.ID == "" {
 		return problem(422, "Request validation failed.", "")
+	}
+	var vol *Volume
+	if len(in.Mounts.Network) > 0 {
+		m := in.Mounts.Network[0]
+		if vol = a.vols[m.VolumeID]; vol == nil {
+			return problem(404, "network volume not found", "")
+		}
+		if in.Cloud == "COMMUNITY" {
+			return problem(400, "network volumes are only available for Secure Cloud pods", "")
+		}
 	}
 	dc := ""
 	for _, g := range a.gpus {
@@ -289,7 +496,7 @@ func (a *API) create(body []byte) *http.Response {
 			continue
 		}
 		for _, d := range in.DataCenterIDs {
-			if av := g.DataCenters[d]; av != "" && av != "NONE" {
+			if av := g.DataCenters[d]; av != "" && av != "NONE" && (vol == nil || d == vol.DataCenter) {
 				dc = d
 				break
 			}
@@ -301,6 +508,9 @@ func (a *API) create(body []byte) *http.Response {
 	a.seq++
 	p := &Pod{ID: fmt.Sprintf("pod%010d", a.seq), Name: in.Name, Status: "PROVISIONING", GPU: in.GPU.ID, Count: max(in.GPU.Count, 1),
 		Cloud: in.Cloud, DataCenter: dc, Image: in.Image, Env: in.Env, Ports: in.Ports}
+	if vol != nil {
+		p.Volume, p.MountPath = vol.ID, in.Mounts.Network[0].Path
+	}
 	a.pods[p.ID] = p
 	return js(201, wire(p, a.BootLists))
 }
