@@ -14,6 +14,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/org/gpuprov/journal"
+	"github.com/org/gpuprov/provider"
+	"github.com/org/gpuprov/provider/sim/simserver"
 )
 
 var (
@@ -123,8 +127,11 @@ type trialOutcome struct {
 	stuck      []string // VMs in an active state after recover
 	left       int      // instances and side resources after down --all
 	unjoined   []string // ready cluster nodes that never ran their join phase
-	states     map[string]int
-	took       time.Duration
+	volumes    []string // a volume leaked, lost while kept, or held twice
+	// keptVolumes are the trial's volumes at the sim after down --all.
+	keptVolumes int
+	states      map[string]int
+	took        time.Duration
 }
 
 // TestChaos runs -chaos.trials trials against one `gpuprov sim serve` with
@@ -148,23 +155,26 @@ func TestChaos(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(seed, 0))
 
 	// The typical run time of each kind, measured unkilled.
-	typical := map[bool]time.Duration{}
-	for _, cluster := range []bool{false, true} {
-		o := chaosTrial(t, c, url, admin, fmt.Sprintf("cal%d", len(typical)), cluster, time.Hour)
-		if len(o.leaks)+len(o.duplicates)+len(o.stuck)+len(o.unjoined)+o.left > 0 {
-			t.Errorf("calibration run (cluster=%v): leaks %v, duplicates %v, stuck %v, unjoined %v, left after down %d",
-				cluster, o.leaks, o.duplicates, o.stuck, o.unjoined, o.left)
+	typical := map[trialKind]time.Duration{}
+	for _, kind := range []trialKind{oneVM, cluster3, withVolume} {
+		o := chaosTrial(t, c, url, admin, fmt.Sprintf("cal%d", len(typical)), kind, time.Hour)
+		if o.bad() {
+			t.Errorf("calibration run (%s): leaks %v, duplicates %v, stuck %v, unjoined %v, volumes %v, left after down %d",
+				kind, o.leaks, o.duplicates, o.stuck, o.unjoined, o.volumes, o.left)
 		}
-		typical[cluster] = o.took
-		t.Logf("typical run: cluster=%v %v", cluster, o.took.Round(time.Millisecond))
+		if kind == withVolume && o.keptVolumes != 1 {
+			t.Errorf("calibration run (%s): %d volumes kept after down, want its one", kind, o.keptVolumes)
+		}
+		typical[kind] = o.took
+		t.Logf("typical run: %s %v", kind, o.took.Round(time.Millisecond))
 	}
-	var killed, leaks, dups, stuck, unjoined, left int
+	var killed, leaks, dups, stuck, unjoined, vols, left int
 	states := map[string]int{}
 	start := time.Now()
 	for i := range *chaosTrials {
-		cluster := i%2 == 1
-		at := time.Duration(rnd.Int64N(int64(typical[cluster]) + 1))
-		o := chaosTrial(t, c, url, admin, fmt.Sprintf("t%04d", i), cluster, at)
+		kind := trialKind(i % 3)
+		at := time.Duration(rnd.Int64N(int64(typical[kind]) + 1))
+		o := chaosTrial(t, c, url, admin, fmt.Sprintf("t%04d", i), kind, at)
 		if o.killed {
 			killed++
 		}
@@ -172,17 +182,100 @@ func TestChaos(t *testing.T) {
 		dups += len(o.duplicates)
 		stuck += len(o.stuck)
 		unjoined += len(o.unjoined)
+		vols += len(o.volumes)
 		left += o.left
 		for s, n := range o.states {
 			states[s] += n
 		}
-		if len(o.leaks)+len(o.duplicates)+len(o.stuck)+len(o.unjoined)+o.left > 0 {
-			t.Errorf("trial %d (cluster=%v, kill at %v): leaks %v, duplicates %v, stuck %v, unjoined %v, left after down %d",
-				i, cluster, at, o.leaks, o.duplicates, o.stuck, o.unjoined, o.left)
+		if o.bad() {
+			t.Errorf("trial %d (%s, kill at %v): leaks %v, duplicates %v, stuck %v, unjoined %v, volumes %v, left after down %d",
+				i, kind, at, o.leaks, o.duplicates, o.stuck, o.unjoined, o.volumes, o.left)
 		}
 	}
-	t.Logf("chaos: %d trials in %v (%d killed mid-run): leaks %d, duplicates %d, stuck %d, unjoined cluster nodes %d, left after down %d; VM end states after recover %v",
-		*chaosTrials, time.Since(start).Round(time.Second), killed, leaks, dups, stuck, unjoined, left, states)
+	t.Logf("chaos: %d trials in %v (%d killed mid-run): leaks %d, duplicates %d, stuck %d, unjoined cluster nodes %d, volume faults %d, left after down %d; VM end states after recover %v",
+		*chaosTrials, time.Since(start).Round(time.Second), killed, leaks, dups, stuck, unjoined, vols, left, states)
+}
+
+// trialKind is what a chaos trial launches.
+type trialKind int
+
+const (
+	oneVM      trialKind = iota
+	cluster3             // a 3-node cluster
+	withVolume           // one VM with a new persistent volume, kept after it
+)
+
+func (k trialKind) String() string {
+	return [...]string{"one VM", "3-node cluster", "VM with a volume"}[k]
+}
+
+func (o *trialOutcome) bad() bool {
+	return len(o.leaks)+len(o.duplicates)+len(o.stuck)+len(o.unjoined)+len(o.volumes)+o.left > 0
+}
+
+// volumeFaults checks the volumes of trial name against the sim's, after
+// recover (atRest: after down --all too): every volume at the sim is one
+// the journal has, not deleted (none leaked); every volume the journal
+// has, not deleted, is at the sim (none lost that was to be kept), held by
+// at most the VM the journal names (after down: by none), whose instance
+// is the one it is attached to (never two).
+func volumeFaults(t *testing.T, c *cli, url, admin, name string, atRest bool) (faults []string, atSimNow int) {
+	t.Helper()
+	code, out := c.run("volumes", "-a", "-o", "json")
+	if code != 0 {
+		t.Fatalf("gpuprov volumes exited %d:\n%s", code, out)
+	}
+	var journaled []journal.Volume
+	if err := json.Unmarshal([]byte(out), &journaled); err != nil {
+		t.Fatalf("volumes -o json: %v\n%s", err, out)
+	}
+	mine := map[string]journal.Volume{}
+	for _, v := range journaled {
+		if strings.HasPrefix(v.Name, "v"+name) {
+			mine[v.Name] = v
+		}
+	}
+	vms, _, err := listVMs(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	instance := map[string]string{} // VM → its instance, if ready
+	for _, vm := range vms {
+		if vm.State == string(journal.StateReady) {
+			instance[vm.Name] = vm.InstanceID
+		}
+	}
+	atSim := map[string]bool{}
+	for _, cloud := range cloudNames {
+		var got struct {
+			Volumes []simserver.Volume `json:"volumes"`
+		}
+		if err := adminGet(url, admin, "/admin/clouds/"+cloud+"/volumes", &got); err != nil {
+			t.Fatal(err)
+		}
+		for _, sv := range got.Volumes {
+			jname := sv.Labels[provider.LabelVM]
+			if !strings.HasPrefix(jname, "v"+name) {
+				continue
+			}
+			atSim[jname] = true
+			jv, ok := mine[jname]
+			switch {
+			case !ok || jv.State == journal.VolumeDeleted:
+				faults = append(faults, fmt.Sprintf("leaked: %s/%s (%s) the journal does not have", cloud, sv.ID, jname))
+			case sv.AttachedTo != "" && (jv.VM == "" || instance[jv.VM] != sv.AttachedTo):
+				faults = append(faults, fmt.Sprintf("held twice: %s attached to %s at the sim, journal says VM %q (instance %q)", jname, sv.AttachedTo, jv.VM, instance[jv.VM]))
+			case atRest && sv.AttachedTo != "":
+				faults = append(faults, fmt.Sprintf("still attached after down: %s to %s", jname, sv.AttachedTo))
+			}
+		}
+	}
+	for n, jv := range mine {
+		if jv.State != journal.VolumeDeleted && jv.State != journal.VolumeCreating && !atSim[n] {
+			faults = append(faults, fmt.Sprintf("lost: %s is %s in the journal and gone from the sim", n, jv.State))
+		}
+	}
+	return faults, len(atSim)
 }
 
 // ranJoin reports whether the journal shows VM name entering its join
@@ -216,11 +309,14 @@ func ranJoin(t *testing.T, c *cli, name string) bool {
 
 // chaosTrial runs one `gpuprov up` named name, SIGKILLs it after killAt if
 // it is still running, recovers, checks and deletes everything.
-func chaosTrial(t *testing.T, c *cli, url, admin, name string, cluster bool, killAt time.Duration) trialOutcome {
+func chaosTrial(t *testing.T, c *cli, url, admin, name string, kind trialKind, killAt time.Duration) trialOutcome {
 	t.Helper()
 	args := []string{"up", "--gpu", "h100", "--name", name, "--timeout", "60s"}
-	if cluster {
+	switch kind {
+	case cluster3:
 		args = append(args, "--nodes", "3")
+	case withVolume:
+		args = append(args, "--volume", "v"+name+":10:/data")
 	}
 	up := c.command(args...)
 	var upOut bytes.Buffer
@@ -248,7 +344,10 @@ func chaosTrial(t *testing.T, c *cli, url, admin, name string, cluster bool, kil
 	}
 	v := viewAtRest(t, c, url, admin, name)
 	o.leaks, o.duplicates, o.stuck, o.states = v.leaks, v.duplicates, v.stuck, v.states
-	if cluster {
+	if kind == withVolume {
+		o.volumes, _ = volumeFaults(t, c, url, admin, name, false)
+	}
+	if kind == cluster3 {
 		for _, vm := range v.ready {
 			if !ranJoin(t, c, vm) {
 				o.unjoined = append(o.unjoined, vm)
@@ -259,7 +358,11 @@ func chaosTrial(t *testing.T, c *cli, url, admin, name string, cluster bool, kil
 		o.left = left
 		t.Logf("%s: down --all printed:\n%s", name, out)
 	}
-	if len(o.leaks)+len(o.duplicates)+len(o.stuck)+o.left > 0 {
+	if kind == withVolume {
+		faults, kept := volumeFaults(t, c, url, admin, name, true)
+		o.volumes, o.keptVolumes = append(o.volumes, faults...), kept
+	}
+	if o.bad() {
 		t.Logf("%s: up printed:\n%s", name, upOut.String())
 	}
 	return o
