@@ -114,3 +114,26 @@ type VolumeManager interface {
 	DetachVolume(ctx context.Context, loc Location, id, instanceID string) error
 	DeleteVolume(ctx context.Context, loc Location, id string) error
 }
+
+// VolumeLabels returns the labels of spec's volume: the caller's
+// (UserLabels) and the volume's identity, which win — the journal's name
+// under LabelVM, the installation (spec.Installation, else installation)
+// under LabelInstallation, and LabelVolume "true", which tells a volume
+// from a VM's own disks (they carry the VM's identity labels too).
+func (s *VolumeSpec) VolumeLabels(installation string) map[string]string {
+	m := make(map[string]string, len(s.UserLabels)+3)
+	for k, v := range s.UserLabels {
+		m[k] = v
+	}
+	if s.Installation != "" {
+		installation = s.Installation
+	}
+	m[LabelVM], m[LabelInstallation], m[LabelVolume] = s.Name, installation, "true"
+	return m
+}
+
+// IsVolumeOf reports whether a resource's labels mark it a gpuprov volume
+// of installation (see VolumeLabels).
+func IsVolumeOf(labels map[string]string, installation string) bool {
+	return labels[LabelVolume] == "true" && labels[LabelInstallation] == installation && labels[LabelVM] != ""
+}

@@ -3,7 +3,6 @@ package gcp
 import (
 	"context"
 	"fmt"
-	"maps"
 	"regexp"
 	"strconv"
 	"strings"
@@ -87,25 +86,13 @@ func (p *Provider) volumeInstallation(spec *provider.VolumeSpec) string {
 	return p.installation
 }
 
-// volumeLabels are the labels of spec's disk: the request's, and the
-// identity of the volume, which win.
-func volumeLabels(spec *provider.VolumeSpec, installation string) map[string]string {
-	m := maps.Clone(spec.UserLabels)
-	if m == nil {
-		m = map[string]string{}
-	}
-	m[provider.LabelVM], m[provider.LabelInstallation], m[provider.LabelVolume] = spec.Name, installation, "true"
-	return m
-}
-
 // oursDisk reports whether d is a gpuprov volume of installation. The
 // label provider.LabelVolume tells a volume from the disks of a VM, which
 // carry the VM's identity labels (provider.LabelVM, LabelInstallation)
 // too. Keys that start with "gpuprov" are gpuprov's own
 // (provider.ValidateUserLabels).
 func oursDisk(d *computepb.Disk, installation string) bool {
-	l := d.GetLabels()
-	return l[provider.LabelVolume] == "true" && l[provider.LabelInstallation] == installation && l[provider.LabelVM] != ""
+	return provider.IsVolumeOf(d.GetLabels(), installation)
 }
 
 // volumeRequestID is the disks.insert requestId of token: the token when
@@ -177,7 +164,7 @@ func (p *Provider) CreateVolume(ctx context.Context, spec provider.VolumeSpec) (
 		Description: proto("gpuprov volume " + spec.Name),
 		SizeGb:      proto(int64(spec.SizeGB)),
 		Type:        proto("projects/" + p.cfg.Project + "/zones/" + zone + "/diskTypes/" + volumeDiskType),
-		Labels:      volumeLabels(&spec, installation),
+		Labels:      spec.VolumeLabels(installation),
 	}}
 	if id := volumeRequestID(spec.IdempotencyToken); id != "" {
 		req.RequestId = proto(id)

@@ -2,7 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -104,23 +103,11 @@ func (p *Provider) volumeInstallation(spec *provider.VolumeSpec) string {
 	return p.installation
 }
 
-// volumeLabels are the labels of spec's claim: the request's, and the
-// identity of the volume, which win.
-func volumeLabels(spec *provider.VolumeSpec, installation string) map[string]string {
-	m := maps.Clone(spec.UserLabels)
-	if m == nil {
-		m = map[string]string{}
-	}
-	m[provider.LabelVM], m[provider.LabelInstallation], m[provider.LabelVolume] = spec.Name, installation, "true"
-	return m
-}
-
 // ourClaim reports whether pvc is a gpuprov volume of installation:
 // provider.LabelVolume tells a volume from anything else carrying gpuprov's
 // labels.
 func ourClaim(pvc *corev1.PersistentVolumeClaim, installation string) bool {
-	l := pvc.Labels
-	return l[provider.LabelVolume] == "true" && l[provider.LabelInstallation] == installation && l[provider.LabelVM] != ""
+	return provider.IsVolumeOf(pvc.Labels, installation)
 }
 
 // gib is q in whole GiB, rounded up.
@@ -192,7 +179,7 @@ func (p *Provider) CreateVolume(ctx context.Context, spec provider.VolumeSpec) (
 	}
 	installation := p.volumeInstallation(&spec)
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: p.cfg.Namespace, Labels: volumeLabels(&spec, installation)},
+		ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: p.cfg.Namespace, Labels: spec.VolumeLabels(installation)},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{

@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/url"
 	"time"
@@ -48,19 +47,6 @@ func (p *Provider) VolumeLimits() provider.VolumeLimits {
 	return provider.VolumeLimits{Scope: provider.VolumeZonal, MinGB: minVolumeGB, MaxGB: maxVolumeGB}
 }
 
-// volumeLabels are the labels of spec's volume: the request's, the
-// identity of every gpuprov resource (the journal's name under
-// provider.LabelVM, the installation under provider.LabelInstallation)
-// and provider.LabelVolume, as on every cloud's volumes.
-func (p *Provider) volumeLabels(spec *provider.VolumeSpec) map[string]string {
-	m := maps.Clone(spec.UserLabels)
-	if m == nil {
-		m = map[string]string{}
-	}
-	m[provider.LabelVM], m[provider.LabelInstallation], m[provider.LabelVolume] = spec.Name, p.volumeInstallation(spec), "true"
-	return m
-}
-
 func (p *Provider) volumeInstallation(spec *provider.VolumeSpec) string {
 	if spec.Installation != "" {
 		return spec.Installation
@@ -85,7 +71,7 @@ func (p *Provider) CreateVolume(ctx context.Context, spec provider.VolumeSpec) (
 	case spec.Location.Zone == "":
 		return provider.Volume{}, provider.Errorf(provider.InvalidRequest, p.name, "create volume", "volume %s: the sim's volumes are zonal and location %s names no zone", spec.Name, spec.Location)
 	}
-	req := wireVolumeCreate{Name: provider.VolumeResourceName(spec.Name), Zone: spec.Location.Zone, SizeGB: spec.SizeGB, Labels: p.volumeLabels(&spec)}
+	req := wireVolumeCreate{Name: provider.VolumeResourceName(spec.Name), Zone: spec.Location.Zone, SizeGB: spec.SizeGB, Labels: spec.VolumeLabels(p.installation)}
 	if !p.cfg.NoIdempotencyToken {
 		req.IdempotencyToken = spec.IdempotencyToken
 	}
