@@ -36,6 +36,11 @@ type session struct {
 	mu      sync.Mutex
 	pid     int  // the command's pid and process group; 0 before exec
 	running bool // between Start and the end of Wait
+	// replying is held by a signal request from the signal until its
+	// reply is sent, and by run while it reports the exit and closes the
+	// channel: a command the signal kills at once must not close the
+	// channel ahead of the reply (the client would read EOF, not "ok").
+	replying sync.Mutex
 }
 
 // session returns when the client closes the channel or the connection
@@ -78,8 +83,10 @@ func (s *Server) session(conn net.Conn, ch ssh.Channel, reqs <-chan *ssh.Request
 			}
 		case "signal":
 			var msg struct{ Signal string }
+			ss.replying.Lock()
 			ok := ssh.Unmarshal(req.Payload, &msg) == nil && !s.Faults().IgnoreSignals && ss.signal(msg.Signal) == nil
 			_ = req.Reply(ok, nil)
+			ss.replying.Unlock()
 		case "keepalive@openssh.com":
 			_ = req.Reply(true, nil)
 		default: // shell, pty-req, subsystem, x11-req, ...
@@ -163,6 +170,8 @@ func (ss *session) run(ctx context.Context, cmd *exec.Cmd, outR, errR *os.File) 
 	}
 	closeAll(outR, errR)
 
+	ss.replying.Lock() // a signal's reply goes first (see replying)
+	defer ss.replying.Unlock()
 	st := cmd.ProcessState
 	if st == nil {
 		ss.log.Debug("wait failed", "err", waitErr)
