@@ -117,6 +117,11 @@ func (p *Provisioner) volumeMisfit(req *Request, o *provider.Offer, existing map
 		return fmt.Sprintf("%s's volumes are zonal and the offer names no zone (configure zones)", o.Provider)
 	}
 	for _, v := range req.Volumes {
+		if vc, ok := vm.(provider.VolumeChecker); ok {
+			if err := vc.CheckVolume(o, v.Name, v.MountPath); err != nil {
+				return fmt.Sprintf("volume %s: %v", v.Name, err)
+			}
+		}
 		if row, ok := existing[v.Name]; ok {
 			if row.Provider != o.Provider || row.Region != o.Location.Region || lim.Scope == provider.VolumeZonal && row.Zone != o.Location.Zone {
 				where := row.Provider + " " + row.Region

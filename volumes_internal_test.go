@@ -213,3 +213,29 @@ func TestMountedCommand(t *testing.T) {
 		}
 	})
 }
+
+// checkedStub is a provider whose cloud refuses mount paths outside /data
+// (provider.VolumeChecker).
+type checkedStub struct{ zonalStub }
+
+func (checkedStub) CheckVolume(o *provider.Offer, name, mountPath string) error {
+	if !strings.HasPrefix(mountPath, "/data") {
+		return provider.Errorf(provider.InvalidRequest, "c", "plan", "mounts only under /data, not %s", mountPath)
+	}
+	return nil
+}
+
+// A cloud's own rules for a volume (provider.VolumeChecker) leave its
+// offers out at plan time, with the cloud's reason.
+func TestVolumeCheckerLeavesOffersOut(t *testing.T) {
+	p := &Provisioner{providers: map[string]*paced{"c": {CloudProvider: checkedStub{}}}}
+	o := provider.Offer{Provider: "c", Location: provider.Location{Region: "r", Zone: "z"}}
+	req := &Request{Volumes: []VolumeRequest{{Name: "data", SizeGB: 10, MountPath: "/mnt/data"}}}
+	if why := p.volumeMisfit(req, &o, nil); !strings.Contains(why, "volume data") || !strings.Contains(why, "mounts only under /data") {
+		t.Fatalf("misfit %q, want the cloud's reason naming the volume", why)
+	}
+	req.Volumes[0].MountPath = "/data/x"
+	if why := p.volumeMisfit(req, &o, nil); why != "" {
+		t.Fatalf("misfit %q for a path the cloud takes", why)
+	}
+}

@@ -115,6 +115,16 @@ type VolumeManager interface {
 	DeleteVolume(ctx context.Context, loc Location, id string) error
 }
 
+// VolumeChecker is implemented by a VolumeManager whose cloud has rules of
+// its own for a volume on an offer: a name its resources cannot take, a
+// mount path it cannot mount at, offers whose instances take no volume.
+// CheckVolume is called at plan time, sends nothing, and returns an error
+// saying why offer o cannot have the volume named name at mountPath; the
+// plan leaves the offer out with that reason, before anything is created.
+type VolumeChecker interface {
+	CheckVolume(o *Offer, name, mountPath string) error
+}
+
 // VolumeLabels returns the labels of spec's volume: the caller's
 // (UserLabels) and the volume's identity, which win — the journal's name
 // under LabelVM, the installation (spec.Installation, else installation)

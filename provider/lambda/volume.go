@@ -500,16 +500,11 @@ func (p *Provider) launchVolumes(spec *provider.InstanceSpec) ([]string, []wireM
 		if err != nil {
 			return nil, nil, err
 		}
-		switch at := v.MountPath; {
-		case v.ID == "":
+		if v.ID == "" {
 			return nil, nil, provider.Errorf(provider.InvalidRequest, p.base.Name, "create", "volume %s has no filesystem id", v.Name)
-		case len(at) > maxMountPoint || !mountPointRE.MatchString(at):
-			return nil, nil, provider.Errorf(provider.InvalidRequest, p.base.Name, "create",
-				"volume %s: Lambda mounts a filesystem only under /home, /lambda/nfs or /data, at a path of letters, digits, - and / (at most %d characters), not %q",
-				v.Name, maxMountPoint, at)
-		case at == "/home" || at == "/home/"+SSHUser:
-			return nil, nil, provider.Errorf(provider.InvalidRequest, p.base.Name, "create",
-				"volume %s: mounted at %s it would hide /home/%s/.ssh, which logins need", v.Name, at, SSHUser)
+		}
+		if err := p.checkMountPoint("create", v.Name, v.MountPath); err != nil {
+			return nil, nil, err
 		}
 		names = append(names, name)
 		ms = append(ms, wireMount{MountPoint: v.MountPath, FileSystemID: v.ID})
@@ -517,4 +512,37 @@ func (p *Provider) launchVolumes(spec *provider.InstanceSpec) ([]string, []wireM
 	return names, ms, nil
 }
 
-var _ provider.VolumeManager = (*Provider)(nil)
+// checkMountPoint refuses a mount path Lambda cannot mount a filesystem
+// at (InvalidRequest, nothing sent).
+func (p *Provider) checkMountPoint(op, volume, at string) error {
+	switch {
+	case len(at) > maxMountPoint || !mountPointRE.MatchString(at):
+		return provider.Errorf(provider.InvalidRequest, p.base.Name, op,
+			"volume %s: Lambda mounts a filesystem only under /home, /lambda/nfs or /data, at a path of letters, digits, - and / (at most %d characters), not %q",
+			volume, maxMountPoint, at)
+	case at == "/home" || at == "/home/"+SSHUser:
+		return provider.Errorf(provider.InvalidRequest, p.base.Name, op,
+			"volume %s: mounted at %s it would hide /home/%s/.ssh, which logins need", volume, at, SSHUser)
+	}
+	return nil
+}
+
+// CheckVolume implements provider.VolumeChecker: at plan time, the
+// volume's filesystem name must fit Lambda's (the installation's mark
+// makes it longer than the core's names may be) and its mount path must be
+// one Lambda mounts at; nothing is sent.
+func (p *Provider) CheckVolume(o *provider.Offer, name, mountPath string) error {
+	inst, err := p.volumeInstallation("plan", "")
+	if err != nil {
+		return err
+	}
+	if _, err := p.filesystemName("plan", name, inst); err != nil {
+		return err
+	}
+	return p.checkMountPoint("plan", name, mountPath)
+}
+
+var (
+	_ provider.VolumeManager = (*Provider)(nil)
+	_ provider.VolumeChecker = (*Provider)(nil)
+)

@@ -59,6 +59,30 @@ func TestVolumeLimitsAreLambdasFilesystems(t *testing.T) {
 	}
 }
 
+// At plan time (provider.VolumeChecker) a mount path Lambda cannot mount
+// at, or a name whose filesystem name would be too long, is refused before
+// anything is sent; a path under /data passes.
+func TestCheckVolumeAtPlanTime(t *testing.T) {
+	e := newEnv(t, lambda.Config{})
+	before := len(e.api.Calls("", ""))
+	o := &provider.Offer{Provider: "lambda", Location: provider.Location{Region: "us-east-1"}}
+	if err := e.p.CheckVolume(o, "data", "/data/train"); err != nil {
+		t.Fatalf("a path under /data: %v", err)
+	}
+	for _, c := range []struct{ name, path string }{
+		{"data", "/mnt/data"},
+		{"data", "/home/ubuntu"},
+		{strings.Repeat("a", 46), "/data"},
+	} {
+		if err := e.p.CheckVolume(o, c.name, c.path); provider.KindOf(err) != provider.InvalidRequest {
+			t.Errorf("CheckVolume(%q, %q) = %v, want InvalidRequest", c.name, c.path, err)
+		}
+	}
+	if calls := e.api.Calls("", ""); len(calls) != before {
+		t.Fatalf("requests were sent: %+v", calls[before:])
+	}
+}
+
 // TestVolumeLifecycle: a volume is made once (a create sent again finds it),
 // launched with at its mount path, refused deletion while its instance
 // lives (InvalidRequest) and while it terminates (Transient), both matching

@@ -2,6 +2,7 @@ package runpod
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -400,4 +401,22 @@ func (p *Provider) checkMounts(d offerDetail, spec *provider.InstanceSpec) error
 	return nil
 }
 
-var _ provider.VolumeManager = (*Provider)(nil)
+// CheckVolume implements provider.VolumeChecker: at plan time, an offer
+// of a Community Cloud pod cannot have a network volume (RunPod attaches
+// them only to Secure Cloud pods), and the mount path must be absolute;
+// nothing is sent.
+func (p *Provider) CheckVolume(o *provider.Offer, name, mountPath string) error {
+	var d offerDetail
+	if len(o.Detail) > 0 {
+		if err := json.Unmarshal(o.Detail, &d); err != nil {
+			return provider.Errorf(provider.InvalidRequest, p.base.Name, "plan", "offer detail does not parse: %v", err)
+		}
+	}
+	spec := &provider.InstanceSpec{Volumes: []provider.VolumeMount{{ID: "-", Name: name, MountPath: mountPath}}}
+	return p.checkMounts(d, spec)
+}
+
+var (
+	_ provider.VolumeManager = (*Provider)(nil)
+	_ provider.VolumeChecker = (*Provider)(nil)
+)

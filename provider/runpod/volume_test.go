@@ -253,6 +253,10 @@ func TestVolumeBadInputSendsNothing(t *testing.T) {
 			return err
 		}, provider.InvalidRequest},
 		{"community cloud pod", func() error { _, err := e.p.Create(ctx, &community, nil, withVolumes(one)); return err }, provider.Unavailable},
+		// The same, at plan time (provider.VolumeChecker): the core leaves
+		// the offer out before the volume is made.
+		{"community cloud offer at plan time", func() error { return e.p.CheckVolume(&community, "data", "/data") }, provider.Unavailable},
+		{"relative mount path at plan time", func() error { return e.p.CheckVolume(&secure, "data", "data") }, provider.InvalidRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kindOf(t, tc.call(), tc.kind)
@@ -260,6 +264,16 @@ func TestVolumeBadInputSendsNothing(t *testing.T) {
 				t.Fatalf("requests were sent: %+v", calls[before:])
 			}
 		})
+	}
+}
+
+// A Secure Cloud offer with an absolute mount path passes the plan-time
+// check.
+func TestCheckVolumeAcceptsASecureOffer(t *testing.T) {
+	e := newEnv(t, runpod.Config{})
+	secure := e.secureOffer(t, "US-TX-3")
+	if err := e.p.CheckVolume(&secure, "data", "/data"); err != nil {
+		t.Fatal(err)
 	}
 }
 
