@@ -288,7 +288,8 @@ type VolumeRequest struct {
 	// Name names the volume in the journal, as VM names go (lowercase
 	// letters, digits and dashes, at most 50 characters); the cloud's
 	// resource is provider.VolumeResourceName(name), gpuprov--<name> (on
-	// Lambda, which has no labels, with the installation's mark added),
+	// Lambda and RunPod, whose volumes carry no labels, with the
+	// installation's mark added),
 	// labelled with the installation where the cloud has labels.
 	Name string `json:"name"`
 	// SizeGB is the size of a volume that does not exist yet; for one

@@ -2,10 +2,13 @@ package provider
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -443,6 +446,15 @@ const (
 // ResourceName is the name every per-VM resource (instance, key, firewall)
 // takes where the cloud names resources: gpuprov-<vm>.
 func ResourceName(vm string) string { return "gpuprov-" + vm }
+
+// InstallationMark is a short mark of an installation (5 lowercase base32
+// characters of its SHA-256) that a resource's name carries where the
+// cloud keeps no labels to tell installations apart (Lambda's keys and
+// file systems, RunPod's network volumes).
+func InstallationMark(installation string) string {
+	sum := sha256.Sum256([]byte(installation))
+	return strings.ToLower(base32.StdEncoding.EncodeToString(sum[:]))[:5]
+}
 
 // VolumeResourceName is the name of a persistent volume's cloud resource
 // (VolumeSpec.Name) where the cloud names resources: gpuprov--<volume>.

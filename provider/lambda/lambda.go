@@ -1,10 +1,7 @@
 package lambda
 
 import (
-	"crypto/sha256"
-	"encoding/base32"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -189,10 +186,7 @@ func SideName(vm, installation string) string {
 	return provider.ResourceName(vm) + "-" + installationTag(installation)
 }
 
-func installationTag(installation string) string {
-	sum := sha256.Sum256([]byte(installation))
-	return strings.ToLower(base32.StdEncoding.EncodeToString(sum[:]))[:5]
-}
+func installationTag(installation string) string { return provider.InstallationMark(installation) }
 
 var (
 	_ provider.CloudProvider = (*Provider)(nil)

@@ -28,7 +28,7 @@
 // volumes of one data center, attached by Create (VolumeLimits
 // AttachAtCreate, one per pod, Secure Cloud only):
 //
-//	CreateVolume   GET /network-volumes (adopt gpuprov--<volume> in the data center),
+//	CreateVolume   GET /network-volumes (adopt gpuprov--<volume>-<installation mark> in the data center),
 //	               GET /catalog/datacenters/{dc} (has network volumes?), POST /network-volumes
 //	ObserveVolume  GET /network-volumes, GET /pods?includeClusterPods=true (who mounts it)
 //	Create         + GET /network-volumes/{id}; POST /pods with mounts.network [{volumeId, path}]

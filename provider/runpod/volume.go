@@ -24,13 +24,13 @@ import (
 // to Create in InstanceSpec.Volumes, and the volume is released when the
 // pod is deleted.
 //
-// A volume is named gpuprov--<volume> (provider.VolumeResourceName).
+// A volume is named gpuprov--<volume>-<installation mark> (VolumeName).
 // RunPod keeps no labels on a network volume and its names need not be
-// unique, so the name is the only mark: a volume of that name in the data
-// center is this installation's unless a pod that mounts it proves
-// otherwise (a pod of another installation, or one gpuprov did not make).
-// An unmounted volume of another installation with the same name cannot
-// be told apart and is adopted (docs/clouds/runpod.md, Volumes).
+// unique, so the name is the only mark: it carries the installation's, so
+// that another installation's volume of the same name is never taken for
+// this one's, and a volume of the name in the data center is this
+// installation's unless a pod that mounts it proves otherwise (one gpuprov
+// did not make).
 //
 // Sources: RunPod REST API v2 OpenAPI 2.0.0 (runpod/docs
 // api-reference-v2/openapi.json, testdata/README.md): createNetworkVolume,
@@ -66,6 +66,13 @@ func (p *Provider) VolumeLimits() provider.VolumeLimits {
 		AttachAtCreate: true, MaxPerInstance: 1}
 }
 
+// VolumeName is the name of the network volume of gpuprov volume volume
+// of installation: provider.VolumeResourceName with the installation's
+// mark (provider.InstallationMark).
+func VolumeName(volume, installation string) string {
+	return provider.VolumeResourceName(volume) + "-" + provider.InstallationMark(installation)
+}
+
 // volumeInstallation is the installation spec's volume belongs to.
 func (p *Provider) volumeInstallation(spec *provider.VolumeSpec) string {
 	if spec.Installation != "" {
@@ -81,7 +88,7 @@ type namedVolume struct {
 	pods []wirePod
 }
 
-// volumesNamed lists the network volumes named gpuprov--<name> in data
+// volumesNamed lists the network volumes named VolumeName(name, installation) in data
 // center dc and splits them: ours are those no pod proves to be another's;
 // foreign those mounted by a pod that is not one of installation's. The
 // pods are listed only when there is such a volume.
@@ -91,7 +98,7 @@ func (p *Provider) volumesNamed(ctx context.Context, op, dc, name, installation 
 		return nil, nil, err
 	}
 	vols = slices.DeleteFunc(vols, func(v wireVolume) bool {
-		return v.Name != provider.VolumeResourceName(name) || v.DataCenter != dc
+		return v.Name != VolumeName(name, installation) || v.DataCenter != dc
 	})
 	if len(vols) == 0 {
 		return nil, nil, nil
@@ -243,17 +250,17 @@ func (p *Provider) CreateVolume(ctx context.Context, spec provider.VolumeSpec) (
 	case len(ours) > 1:
 		return provider.Volume{}, provider.Errorf(provider.InvalidRequest, p.base.Name, opCreateVolume,
 			"volume %s: %d network volumes named %s in %s and nothing tells which is this installation's", spec.Name, len(ours),
-			provider.VolumeResourceName(spec.Name), dc)
+			VolumeName(spec.Name, installation), dc)
 	case len(foreign) > 0:
 		return provider.Volume{}, provider.Errorf(provider.InvalidRequest, p.base.Name, opCreateVolume,
 			"volume %s: network volume %s (%s) in %s is mounted by pod %s, which is not gpuprov's of installation %s (another installation's volume, or one gpuprov did not make)",
-			spec.Name, provider.VolumeResourceName(spec.Name), foreign[0].v.ID, dc, podIDs(foreign[0].pods), installation)
+			spec.Name, VolumeName(spec.Name, installation), foreign[0].v.ID, dc, podIDs(foreign[0].pods), installation)
 	}
 	if err := p.checkVolumeDataCenter(ctx, dc); err != nil {
 		return provider.Volume{}, err
 	}
 	var out wireVolume
-	in := wireCreateVolume{Name: provider.VolumeResourceName(spec.Name), Size: spec.SizeGB, DataCenter: dc}
+	in := wireCreateVolume{Name: VolumeName(spec.Name, installation), Size: spec.SizeGB, DataCenter: dc}
 	if err := p.call(ctx, opCreateVolume, http.MethodPost, "/network-volumes", nil, in, &out); err != nil {
 		return provider.Volume{}, err
 	}
@@ -267,7 +274,7 @@ func (p *Provider) CreateVolume(ctx context.Context, spec provider.VolumeSpec) (
 }
 
 // ObserveVolume implements provider.VolumeManager: GET /network-volumes,
-// the volume named gpuprov--<name> in loc's data center that no pod proves
+// the volume named VolumeName(name) in loc's data center that no pod proves
 // to be another's (GET /pods, as CreateVolume), nil when there is none.
 // It is attached when a pod that is not terminated mounts it.
 func (p *Provider) ObserveVolume(ctx context.Context, loc provider.Location, name string) (*provider.Volume, error) {
@@ -284,7 +291,7 @@ func (p *Provider) ObserveVolume(ctx context.Context, loc provider.Location, nam
 	case len(ours) > 1:
 		return nil, provider.Errorf(provider.InvalidRequest, p.base.Name, opObserveVolume,
 			"volume %s: %d network volumes named %s in %s and nothing tells which is this installation's", name, len(ours),
-			provider.VolumeResourceName(name), loc.Region)
+			VolumeName(name, p.base.Installation), loc.Region)
 	}
 	v := volumeOf(ours[0], name)
 	return &v, nil

@@ -88,7 +88,7 @@ func TestVolumeLifeAcrossAPod(t *testing.T) {
 	posts := e.api.Calls(http.MethodPost, "/network-volumes")
 	var in map[string]any
 	if len(posts) != 1 || json.Unmarshal(posts[0].Body, &in) != nil ||
-		in["name"] != "gpuprov--data" || in["size"] != 100.0 || in["dataCenter"] != "US-TX-3" || len(in) != 3 {
+		in["name"] != runpod.VolumeName("data", installation) || in["size"] != 100.0 || in["dataCenter"] != "US-TX-3" || len(in) != 3 {
 		t.Fatalf("create volume requests %+v", posts)
 	}
 
@@ -159,11 +159,11 @@ func TestVolumeLifeAcrossAPod(t *testing.T) {
 }
 
 // TestVolumeOfAnotherInstallationIsRefused: RunPod keeps no labels on a
-// network volume, so a same-named volume is told apart only by the pods
-// that mount it. One mounted by another installation's pod, or by a pod
-// gpuprov did not make, is refused and never observed; one no pod mounts
-// cannot be told apart and is adopted (docs/clouds/runpod.md); two are
-// ambiguous.
+// network volume, so its name carries the installation's mark
+// (runpod.VolumeName): another installation's volume of the same name,
+// mounted or not, is never observed nor adopted — this one's is made
+// beside it. A volume of this installation's name mounted by a pod gpuprov
+// did not make is refused; two of the name are ambiguous.
 func TestVolumeOfAnotherInstallationIsRefused(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, runpod.Config{})
@@ -178,34 +178,40 @@ func TestVolumeOfAnotherInstallationIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if seen, err := e.p.ObserveVolume(ctx, o.Location, "data"); err != nil || seen != nil {
+		t.Fatalf("another installation's unmounted volume observed: %+v %v", seen, err)
+	}
 	s := spec("theirs")
 	s.Installation = "other"
 	s.Volumes = []provider.VolumeMount{{ID: theirs.ID, Name: "data", MountPath: "/data"}}
 	if _, err := other.Create(ctx, &o, nil, s); err != nil {
 		t.Fatal(err)
 	}
-
-	_, err = e.p.CreateVolume(ctx, volumeSpec("data", 50, o.Location))
-	kindOf(t, err, provider.InvalidRequest)
-	if !strings.Contains(err.Error(), "not gpuprov's of installation "+installation) {
-		t.Fatalf("error does not say why: %v", err)
+	mine, err := e.p.CreateVolume(ctx, volumeSpec("data", 50, o.Location))
+	if err != nil || mine.ID == theirs.ID {
+		t.Fatalf("this installation's volume data: %+v %v; want one of its own beside %s", mine, err, theirs.ID)
 	}
-	if n := len(e.api.Calls(http.MethodPost, "/network-volumes")); n != 1 {
-		t.Fatalf("%d volume creates; want only the other installation's", n)
+	if n := len(e.api.Calls(http.MethodPost, "/network-volumes")); n != 2 {
+		t.Fatalf("%d volume creates; want the other installation's and this one's", n)
 	}
-	if seen, err := e.p.ObserveVolume(ctx, o.Location, "data"); err != nil || seen != nil {
-		t.Fatalf("another installation's volume observed: %+v %v", seen, err)
+	if seen, err := e.p.ObserveVolume(ctx, o.Location, "data"); err != nil || seen == nil || seen.ID != mine.ID {
+		t.Fatalf("observe: %+v %v, want %s", seen, err, mine.ID)
 	}
 
-	// A volume of gpuprov's name mounted by a pod gpuprov did not make.
-	vid := e.api.AddVolume(runpodmock.Volume{Name: "gpuprov--scratch", DataCenter: "US-TX-3", Size: 20})
+	// A volume of this installation's name mounted by a pod gpuprov did
+	// not make.
+	vid := e.api.AddVolume(runpodmock.Volume{Name: runpod.VolumeName("scratch", installation), DataCenter: "US-TX-3", Size: 20})
 	e.api.AddPod(runpodmock.Pod{Name: "notebook", GPU: "NVIDIA H100 80GB HBM3", Count: 1, Cloud: "SECURE", DataCenter: "US-TX-3",
 		Image: "runpod/base", Volume: vid, MountPath: "/workspace"})
 	_, err = e.p.CreateVolume(ctx, volumeSpec("scratch", 20, o.Location))
 	kindOf(t, err, provider.InvalidRequest)
+	if !strings.Contains(err.Error(), "not gpuprov's of installation "+installation) {
+		t.Fatalf("error does not say why: %v", err)
+	}
 
-	// Unmounted: nothing tells it from this installation's; adopted.
-	lone := e.api.AddVolume(runpodmock.Volume{Name: "gpuprov--cache", DataCenter: "US-TX-3", Size: 30})
+	// Unmounted, of this installation's name (a create whose answer was
+	// lost): adopted.
+	lone := e.api.AddVolume(runpodmock.Volume{Name: runpod.VolumeName("cache", installation), DataCenter: "US-TX-3", Size: 30})
 	if v, err := e.p.CreateVolume(ctx, volumeSpec("cache", 30, o.Location)); err != nil || v.ID != lone {
 		t.Fatalf("unmounted volume of the name: %+v %v", v, err)
 	}
@@ -215,7 +221,7 @@ func TestVolumeOfAnotherInstallationIsRefused(t *testing.T) {
 		t.Fatalf("volume in another data center: %+v %v", v, err)
 	}
 	// Two of the name that nothing tells apart.
-	e.api.AddVolume(runpodmock.Volume{Name: "gpuprov--cache", DataCenter: "US-TX-3", Size: 30})
+	e.api.AddVolume(runpodmock.Volume{Name: runpod.VolumeName("cache", installation), DataCenter: "US-TX-3", Size: 30})
 	_, err = e.p.ObserveVolume(ctx, o.Location, "cache")
 	kindOf(t, err, provider.InvalidRequest)
 }
