@@ -425,12 +425,14 @@ func (p *Provider) DetachVolume(ctx context.Context, loc provider.Location, id, 
 // provider.ErrInUse: InvalidRequest while that VM lives, Transient while it
 // is being deleted or is gone (its disks are released). An id that is not
 // a gpuprov disk of this subscription, or a disk that is not a volume of
-// this installation, is InvalidRequest and is not deleted.
+// this installation, is InvalidRequest and is not deleted; an id whose
+// name is not a volume's (gpuprov--<name>) is refused before any call.
 func (p *Provider) DeleteVolume(ctx context.Context, loc provider.Location, id string) error {
 	const op = "delete volume"
 	rg, name, err := p.parseDiskID(id)
-	if err != nil || !strings.HasPrefix(name, "gpuprov-") {
-		return p.errorf(provider.InvalidRequest, op, "%q is not a gpuprov disk id of this subscription", id)
+	if err != nil || !strings.HasPrefix(name, provider.VolumeResourceName("")) {
+		// A VM's own disks (gpuprov-<vm>-<n>-osdisk) are never a volume's.
+		return p.errorf(provider.InvalidRequest, op, "%q is not a gpuprov volume's disk id of this subscription", id)
 	}
 	d, err := p.getDisk(ctx, op, rg, name)
 	if err != nil || d == nil {
